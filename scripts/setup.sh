@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One-time (and safe to repeat) set-up of a fresh Debian 12 machine for this bundle:
+# Debian's docker.io with a running dockerd, a Python 3.12 virtualenv with the pinned
+# requirements, and the locally built base image that every image here builds FROM
+# (no container registry is reachable from CI or from air-gapped build hosts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+need_apt=()
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if ! docker version >/dev/null 2>&1; then
+  log "starting dockerd (log: /var/log/dockerd.log)"
+  setsid dockerd >/var/log/dockerd.log 2>&1 < /dev/null &
+  for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 1; done
+  docker version >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/dockerd.log" >&2; tail -20 /var/log/dockerd.log >&2; exit 1; }
+fi
+
+PY312=""
+for cand in "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 python3.12; do
+  # pyenv shims exist for every version but fail unless that version is selected: run it to be sure
+  if "$cand" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then PY312=$cand; break; fi
+done
+[ -n "$PY312" ] || { echo "Python 3.12 is required for the Ansible controller (ansible-core 2.21)" >&2; exit 1; }
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+  log "creating .venv from $PY312"
+  rm -rf .venv
+  "$PY312" -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing pinned Python requirements"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt
+  .venv/bin/python -m pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+
+BASE=local/debian:bookworm
+if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+  # the mirror apt itself uses (deb822 "URIs:" or one-line "deb URI suite"), never a commented one
+  mirror=$( { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}';
+              cat /etc/apt/sources.list 2>/dev/null | awk '/^deb / {print $2}'; } | grep -v security | head -1 || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  log "building base image $BASE with debootstrap from $mirror"
+  tmp=$(mktemp -d)
+  debootstrap --variant=minbase bookworm "$tmp" "$mirror" >/tmp/debootstrap.log 2>&1 || { tail -20 /tmp/debootstrap.log >&2; exit 1; }
+  tar -C "$tmp" -c . | docker import - "$BASE" >/dev/null
+  rm -rf "$tmp"
+fi
+log "ready: docker $(docker version --format '{{.Server.Version}}'), $(.venv/bin/python --version), base image $BASE"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: set-up, lint gates, pytest, molecule.
+# Every stage must pass; a stage that runs no test fails (pytest's exit 5 included).
+#   bash scripts/test.sh            everything (what .ci/run calls)
+#   bash scripts/test.sh lint       lint gates only
+#   bash scripts/test.sh pytest     pytest only (after set-up)
+#   bash scripts/test.sh molecule   molecule scenarios only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:-all}
+bash scripts/setup.sh
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 ANSIBLE_NOCOLOR=1
+t0=$SECONDS
+banner() { printf '\n==== %s (t=%ss)\n' "$*" "$((SECONDS - t0))"; }
+
+run_lint() {
+  banner "lint: ruff"
+  ruff check .
+  banner "lint: yamllint"
+  yamllint -s .
+  banner "lint: hadolint"
+  find images -name Dockerfile -print0 | xargs -0 -r hadolint
+  banner "lint: ansible-playbook --syntax-check"
+  for inv in inventory/local inventory/example; do
+    ansible-playbook --syntax-check -i "$inv" deploy.yml
+  done
+  banner "lint: ansible-lint (production profile)"
+  ansible-lint
+}
+
+run_pytest() {
+  banner "pytest"
+  set +e
+  python -m pytest "$@"
+  rc=$?
+  set -e
+  if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi
+  [ "$rc" -eq 0 ] || exit "$rc"
+}
+
+run_molecule() {
+  for scenario in $(ls molecule | grep -v '^resources$'); do
+    [ -f "molecule/$scenario/molecule.yml" ] || continue
+    banner "molecule test -s $scenario"
+    molecule test -s "$scenario"
+  done
+}
+
+case "$stage" in
+  lint) run_lint ;;
+  pytest) shift; run_pytest "$@" ;;
+  molecule) run_molecule ;;
+  all) run_lint; run_pytest; run_molecule ;;
+  *) echo "usage: scripts/test.sh [all|lint|pytest|molecule]" >&2; exit 2 ;;
+esac
+banner "done: $stage"
