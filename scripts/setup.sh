@@ -58,4 +58,9 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
   tar -C "$tmp" -c . | docker import - "$BASE" >/dev/null
   rm -rf "$tmp"
 fi
+# The test engine "releases" the local inventory and molecule roll out (not SGLang: an
+# SGLang-API-compatible fake for machines without GPUs), with offline archives for the
+# air-gapped delivery path. Skipped when already current.
+log "building the test-engine images and their offline archives (build/images)"
+.venv/bin/python images/build.py test-engine --release all --archive-dir build/images
 log "ready: docker $(docker version --format '{{.Server.Version}}'), $(.venv/bin/python --version), base image $BASE"

@@ -21,7 +21,7 @@ run_lint() {
   banner "lint: yamllint"
   yamllint -s .
   banner "lint: hadolint"
-  find images -name Dockerfile -print0 | xargs -0 -r hadolint
+  find images molecule -name Dockerfile -print0 | xargs -0 -r hadolint
   banner "lint: ansible-playbook --syntax-check"
   for inv in inventory/local inventory/example; do
     ansible-playbook --syntax-check -i "$inv" deploy.yml
@@ -41,6 +41,7 @@ run_pytest() {
 }
 
 run_molecule() {
+  bash molecule/resources/build-instance.sh
   for scenario in $(ls molecule | grep -v '^resources$'); do
     [ -f "molecule/$scenario/molecule.yml" ] || continue
     banner "molecule test -s $scenario"

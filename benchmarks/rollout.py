@@ -1,0 +1,156 @@
+"""How a fleet rollout's wall time grows with host count, on the test engine.
+
+Rolls `deploy.yml` over 1, 3 and 6 hosts that all live on this machine (local connection;
+each host its own container name, port and cache volume on the one Docker engine) and
+prints wall time against host count and against the number of serial batches. With the
+default batching (`[1, "50%"]`: one canary, then half of the fleet at a time) the claim is
+that time follows batches, not hosts: hosts in one batch deploy and gate in parallel.
+
+Figures are the TEST ENGINE's and this machine's (2 cores shared by every host), not a GPU
+fleet's. Run after `bash scripts/setup.sh`:
+
+    .venv/bin/python benchmarks/rollout.py [--hosts 1 3 6] [--serial '[1, "50%"]']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE = "local/sglang-test-engine:release-a"
+BASE_PORT = 31500
+
+
+@dataclass
+class RolloutRun:
+    hosts: int
+    batches: int
+    wall_s: float
+    rc: int
+
+
+def batch_sizes(serial: list[int | str], hosts: int) -> list[int]:
+    """Ansible's serial semantics: each entry a size or a percentage of all hosts (at least
+    1), the last entry repeating until every host is placed."""
+    sizes: list[int] = []
+    left, i = hosts, 0
+    while left > 0:
+        entry = serial[min(i, len(serial) - 1)]
+        if isinstance(entry, str) and entry.endswith("%"):
+            size = max(1, math.floor(hosts * float(entry[:-1]) / 100))
+        else:
+            size = int(entry)
+        size = min(size, left)
+        sizes.append(size)
+        left -= size
+        i += 1
+    return sizes
+
+
+def write_inventory(directory: Path, hosts: int, serial: list[int | str]) -> Path:
+    names = [f"bench-h{i:02d}" for i in range(1, hosts + 1)]
+    inventory = {
+        "all": {
+            "children": {
+                "sglang_servers": {
+                    "hosts": {
+                        name: {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "sglang_server_port": BASE_PORT + i,
+                            "sglang_server_container_name": f"bench-sglang-{name}",
+                            "flashinfer_cache_volume_prefix": f"bench-fic-{name}",
+                            "sglang_server_state_dir": str(directory / "state" / name),
+                        }
+                        for i, name in enumerate(names)
+                    }
+                }
+            }
+        }
+    }
+    local_vars = yaml.safe_load((ROOT / "inventory/local/group_vars/all/main.yml").read_text())
+    local_vars.update(
+        {
+            "sglang_image": IMAGE,
+            "sglang_image_source": "local",
+            "sglang_reports_dir": str(directory / "reports"),
+            "sglang_gate_config": yaml.safe_load((ROOT / "validate/configs/test-engine.yml").read_text()),
+        }
+    )
+    for key in ("sglang_image_archive_path", "sglang_image_archive_on_host"):
+        local_vars.pop(key, None)
+    (directory / "group_vars/all").mkdir(parents=True)
+    (directory / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (directory / "group_vars/all/main.yml").write_text(yaml.safe_dump(local_vars))
+    rollout = {"sglang_rollout_serial": serial, "sglang_rollout_max_fail_percentage": 0}
+    (directory / "group_vars/all/rollout.yml").write_text(yaml.safe_dump(rollout))
+    return directory
+
+
+def cleanup(hosts: int) -> None:
+    for i in range(1, hosts + 1):
+        name = f"bench-h{i:02d}"
+        subprocess.run(["docker", "rm", "-f", f"bench-sglang-{name}"], capture_output=True, check=False)
+        vols = subprocess.run(
+            ["docker", "volume", "ls", "-q", "--filter", f"name=bench-fic-{name}-"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        if vols:
+            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
+
+
+def rollout(hosts: int, serial: list[int | str]) -> RolloutRun:
+    cleanup(hosts)
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
+        inventory = write_inventory(Path(tmp), hosts, serial)
+        started = time.monotonic()
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "deploy.yml"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        wall = time.monotonic() - started
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n", file=sys.stderr)
+    cleanup(hosts)
+    return RolloutRun(hosts, len(batch_sizes(serial, hosts)), wall, proc.returncode)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 3, 6])
+    parser.add_argument("--serial", default='[1, "50%"]', help="serial batches as YAML (default: the rollout's)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    serial = yaml.safe_load(args.serial)
+    runs = [rollout(n, serial) for n in args.hosts]
+    first = runs[0]
+    print("TEST ENGINE rollout on this machine (not a GPU fleet); serial =", json.dumps(serial))
+    print(f"{'hosts':>5} {'batches':>7} {'wall s':>8} {'x hosts':>8} {'x batches':>9} {'x wall':>7} {'s/batch':>8}  rc")
+    for run in runs:
+        print(
+            f"{run.hosts:>5} {run.batches:>7} {run.wall_s:>8.1f} {run.hosts / first.hosts:>8.2f} "
+            f"{run.batches / first.batches:>9.2f} {run.wall_s / first.wall_s:>7.2f} "
+            f"{run.wall_s / run.batches:>8.1f}  {run.rc}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in runs], indent=2))
+    return 0 if all(r.rc == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Build the bundle's images and their offline archives: the one entry point for images/.
+
+    python3 images/build.py sglang [--sglang-version 0.5.23 ...]   # GPU image, host with a registry
+    python3 images/build.py sglang-cpu-test                         # CI: real patch layer, CPU base
+    python3 images/build.py test-engine --release all               # local/sglang-test-engine:release-{a,b,c}
+    python3 images/build.py save IMAGE --out DIR [--gzip]           # offline archive + .sha256 + .json
+    python3 images/build.py verify ARCHIVE | load ARCHIVE
+
+Builds are idempotent: each image carries ``io.sglang-deploy.source-hash`` (its staged build
+context + build arguments); an image with the same hash is not rebuilt (``--force`` does).
+The build context is staged in a temporary folder with only the files the Dockerfile uses,
+so it is small and the hash means exactly "same inputs".
+Standard library only (plus the docker CLI), so it runs on any build host's python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "patches"))
+
+import image_archive as archive  # noqa: E402
+from patchset import PatchError, load_patches, run  # noqa: E402
+
+WHEEL_CACHE = REPO / ".cache" / "wheels"
+CPU_BASE = "local/debian:bookworm"
+GPU_BASE = "nvidia/cuda:13.0.1-devel-ubuntu24.04"
+HASH_LABEL = "io.sglang-deploy.source-hash"
+
+
+@dataclass(frozen=True)
+class TestEngineRelease:
+    """A test-engine image posing as one SGLang release (statuses as the real tool decides)."""
+
+    tag: str
+    sglang: str
+    flashinfer: str
+    cuda: str
+    fixes: dict[str, str]
+
+    @property
+    def patches(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(self.fixes.items()))
+
+
+TEST_ENGINE_RELEASES = {
+    # the seed-era release: both fixes are ours
+    "a": TestEngineRelease(
+        "release-a",
+        "0.5.9",
+        "0.6.3",
+        "12.9",
+        {"autotune-flashinfer-cutlass": "applied", "dsa-fp8-page-table-guard": "applied"},
+    ),
+    # the newest release scanned: autotune is upstream, the DSA guard still ours
+    "b": TestEngineRelease(
+        "release-b",
+        "0.5.23",
+        "0.7.2",
+        "13.0",
+        {"autotune-flashinfer-cutlass": "upstream", "dsa-fp8-page-table-guard": "applied"},
+    ),
+    # a release beyond every patch range: no guard, so the roles must add --disable-radix-cache
+    "c": TestEngineRelease(
+        "release-c",
+        "0.5.24",
+        "0.7.4",
+        "13.0",
+        {"autotune-flashinfer-cutlass": "upstream", "dsa-fp8-page-table-guard": "absent"},
+    ),
+}
+TEST_ENGINE_REPO = "local/sglang-test-engine"
+
+
+class BuildError(Exception):
+    """A build step that failed; the message says which and what to do."""
+
+
+def log(msg: str) -> None:
+    print(f"[images] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_wheel(dist: str, version: str) -> Path:
+    """The cached wheel of ``dist==version``; downloaded once into .cache/wheels (no deps)."""
+    stem = dist.replace("-", "_")
+    found = sorted(WHEEL_CACHE.glob(f"{stem}-{version}-*.whl"))
+    if found:
+        return found[0]
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    log(f"downloading {dist}=={version} (no deps) into {WHEEL_CACHE}")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            f"{dist}=={version}",
+            "-d",
+            str(WHEEL_CACHE),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = sorted(WHEEL_CACHE.glob(f"{stem}-{version}-*.whl"))
+    if proc.returncode != 0 or not found:
+        raise BuildError(f"could not download {dist}=={version} from PyPI: {proc.stderr.strip()[-500:]}")
+    return found[0]
+
+
+def expected_patches(sglang_wheel: Path, version: str) -> str:
+    """The patch label the image build will produce, decided on the wheel before building."""
+    patches = load_patches(HERE / "patches")
+    wanted = {c.file for p in patches for c in p.changes} | {f for p in patches for f in p.upstream_files}
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(sglang_wheel) as zf:
+        zf.extractall(tmp, [n for n in zf.namelist() if n in wanted])
+        (Path(tmp) / "sglang").mkdir(exist_ok=True)
+        return run(patches, Path(tmp), version, "unknown", dry_run=True).label()
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def source_hash(ctx: Path, build_args: dict[str, str]) -> str:
+    """sha256 over the staged context (paths and contents) and the build arguments."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in ctx.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(ctx)).encode() + b"\0" + archive.sha256_file(path).encode() + b"\n")
+    for key in sorted(build_args):
+        h.update(f"{key}={build_args[key]}\n".encode())
+    return h.hexdigest()
+
+
+def _image_label(tag: str, label: str) -> str | None:
+    proc = subprocess.run(
+        ["docker", "image", "inspect", "-f", f'{{{{index .Config.Labels "{label}"}}}}', tag],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _vcs_ref() -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
+
+
+def docker_build(ctx: Path, dockerfile: str, tag: str, build_args: dict[str, str], *, force: bool) -> bool:
+    """Build unless an image with the same source hash exists; True when it built."""
+    digest = source_hash(ctx, build_args)
+    if not force and _image_label(tag, HASH_LABEL) == digest:
+        log(f"{tag}: up to date (source hash {digest[:12]}), not rebuilt")
+        return False
+    args = {
+        **build_args,
+        "SOURCE_HASH": digest,
+        "VCS_REF": _vcs_ref(),
+        "BUILD_DATE": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    cmd = ["docker", "build", "-f", str(ctx / dockerfile), "-t", tag]
+    for key, value in args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    cmd.append(str(ctx))
+    log(f"{tag}: building ({dockerfile}, source hash {digest[:12]}); docker's progress follows")
+    started = time.monotonic()
+    # The classic builder: BuildKit needs buildx with a 23+ CLI, which build hosts may lack,
+    # and the Dockerfiles use no BuildKit-only feature.
+    env = {**os.environ, "DOCKER_BUILDKIT": os.environ.get("DOCKER_BUILDKIT", "0")}
+    proc = subprocess.run(cmd, env=env, check=False, stdout=sys.stderr)
+    if proc.returncode != 0:
+        raise BuildError(f"{tag}: docker build failed (exit {proc.returncode}); the step's output is above")
+    log(f"{tag}: built in {time.monotonic() - started:.0f}s")
+    return True
+
+
+def _stage_patches(ctx: Path) -> None:
+    for name in ("apply.py", "patchset.py"):
+        _link_or_copy(HERE / "patches" / name, ctx / "patches" / name)
+    for manifest in sorted((HERE / "patches").glob("*/manifest.toml")):
+        _link_or_copy(manifest, ctx / "patches" / manifest.parent.name / "manifest.toml")
+
+
+def build_sglang(args: argparse.Namespace) -> str:
+    """The production Dockerfile, GPU or CPU-test variant (same file, same patch layer)."""
+    if args.install_mode == "cpu-test" or args.patches is None:
+        wheel = ensure_wheel("sglang", args.sglang_version)
+        patches = args.patches if args.patches is not None else expected_patches(wheel, args.sglang_version)
+    else:
+        patches = args.patches
+    build_args = {
+        "BASE_IMAGE": args.base,
+        "INSTALL_MODE": args.install_mode,
+        "SGLANG_VERSION": args.sglang_version,
+        "FLASHINFER_VERSION": args.flashinfer_version,
+        "CUDA_VERSION": args.cuda_version,
+        "PATCHES": patches,
+    }
+    if args.pip_extra_index_url:
+        build_args["PIP_EXTRA_INDEX_URL"] = args.pip_extra_index_url
+    with tempfile.TemporaryDirectory(prefix="sglang-ctx-") as tmp:
+        ctx = Path(tmp)
+        for name in ("Dockerfile", "hashes.txt", "healthcheck.py", "wheels/README.md"):
+            _link_or_copy(HERE / "sglang" / name, ctx / "sglang" / name)
+        _stage_patches(ctx)
+        if args.install_mode == "cpu-test":
+            for dist, version in (
+                ("sglang", args.sglang_version),
+                ("flashinfer-python", args.flashinfer_version),
+            ):
+                wheel = ensure_wheel(dist, version)
+                _link_or_copy(wheel, ctx / "sglang" / "wheels" / wheel.name)
+        docker_build(ctx, "sglang/Dockerfile", args.tag, build_args, force=args.force)
+    _maybe_archive(args, args.tag)
+    return args.tag
+
+
+def build_test_engine(args: argparse.Namespace) -> list[str]:
+    keys = sorted(TEST_ENGINE_RELEASES) if args.release == "all" else [args.release]
+    if not (REPO / "testengine" / "__main__.py").is_file():
+        raise BuildError(f"{REPO / 'testengine'} has no __main__.py: the test engine package is missing")
+    tags = []
+    with tempfile.TemporaryDirectory(prefix="test-engine-ctx-") as tmp:
+        ctx = Path(tmp)
+        _link_or_copy(HERE / "test-engine" / "Dockerfile", ctx / "images" / "test-engine" / "Dockerfile")
+        _link_or_copy(HERE / "sglang" / "healthcheck.py", ctx / "images" / "sglang" / "healthcheck.py")
+        for name in ("apply.py", "patchset.py"):
+            _link_or_copy(HERE / "patches" / name, ctx / "images" / "patches" / name)
+        for src in sorted((REPO / "testengine").rglob("*")):
+            if src.is_file() and "__pycache__" not in src.parts and src.suffix != ".pyc":
+                _link_or_copy(src, ctx / "testengine" / src.relative_to(REPO / "testengine"))
+        for key in keys:
+            rel = TEST_ENGINE_RELEASES[key]
+            tag = f"{args.repo}:{rel.tag}"
+            build_args = {
+                "BASE_IMAGE": args.base,
+                "RELEASE": rel.tag,
+                "SGLANG_VERSION": rel.sglang,
+                "FLASHINFER_VERSION": rel.flashinfer,
+                "CUDA_VERSION": rel.cuda,
+                "PATCHES": rel.patches,
+            }
+            docker_build(ctx, "images/test-engine/Dockerfile", tag, build_args, force=args.force)
+            _maybe_archive(args, tag)
+            tags.append(tag)
+    return tags
+
+
+def _archive_is_current(tag: str, out_dir: Path, compress: bool) -> bool:
+    """True when out_dir already holds an archive of exactly this image (same image id in its
+    NAME.json, archive and checksum present): re-saving it would rewrite the same bytes."""
+    base = archive.archive_name(tag)
+    manifest = out_dir / f"{base}.json"
+    tar = out_dir / (f"{base}.tar.gz" if compress else f"{base}.tar")
+    if not (manifest.is_file() and tar.is_file() and Path(f"{tar}.sha256").is_file()):
+        return False
+    try:
+        saved = json.loads(manifest.read_text()).get("image_id")
+        current = archive.inspect_image(tag).get("Id")
+    except (OSError, ValueError, archive.ArchiveError):
+        return False
+    return bool(saved) and saved == current
+
+
+def _maybe_archive(args: argparse.Namespace, tag: str) -> None:
+    if getattr(args, "archive_dir", None):
+        if _archive_is_current(tag, Path(args.archive_dir), args.gzip):
+            log(f"{tag}: offline archive in {args.archive_dir} is current (same image id), not re-saved")
+            return
+        log(
+            f"{tag}: writing offline archive into {args.archive_dir} (docker save; large images take minutes)"
+        )
+        m = archive.save(tag, Path(args.archive_dir), compress=args.gzip)
+        log(f"{tag}: {m.archive} sha256 {m.sha256}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="build.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def archive_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--archive-dir", help="also write an offline archive (docker save + .sha256 + .json) here"
+        )
+        sp.add_argument("--gzip", action="store_true", help="gzip the archive")
+        sp.add_argument("--force", action="store_true", help="rebuild even when the source hash matches")
+
+    for name, mode, base, sv, fv, cv, tag in (
+        ("sglang", "gpu", GPU_BASE, "0.5.23", "0.7.2", "13.0", "sglang-glm5:0.5.23-cu130"),
+        ("sglang-cpu-test", "cpu-test", CPU_BASE, "0.5.9", "0.6.3", "12.9", "local/sglang-glm5:cpu-test"),
+    ):
+        sp = sub.add_parser(name, help=f"images/sglang/Dockerfile, INSTALL_MODE={mode}")
+        sp.add_argument("--base", default=base, help=f"BASE_IMAGE (default {base})")
+        sp.add_argument("--install-mode", default=mode, choices=["gpu", "cpu-test"])
+        sp.add_argument("--sglang-version", default=sv)
+        sp.add_argument("--flashinfer-version", default=fv)
+        sp.add_argument("--cuda-version", default=cv, help="recorded in labels and the patch record")
+        sp.add_argument("--tag", default=tag)
+        sp.add_argument("--patches", help="expected id=status list (default: decided on the sglang wheel)")
+        sp.add_argument("--pip-extra-index-url", help="e.g. https://download.pytorch.org/whl/cu130 for torch")
+        archive_opts(sp)
+
+    te = sub.add_parser("test-engine", help="images/test-engine/Dockerfile (the TEST ENGINE, not SGLang)")
+    te.add_argument("--release", default="all", choices=[*sorted(TEST_ENGINE_RELEASES), "all"])
+    te.add_argument("--base", default=CPU_BASE)
+    te.add_argument("--repo", default=TEST_ENGINE_REPO)
+    archive_opts(te)
+
+    sv = sub.add_parser("save", help="offline archive of an existing image")
+    sv.add_argument("image")
+    sv.add_argument("--out", required=True)
+    sv.add_argument("--gzip", action="store_true")
+    for name in ("verify", "load"):
+        sp = sub.add_parser(name, help=f"{name} an archive against its .sha256 (and .json)")
+        sp.add_argument("archive", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd in ("sglang", "sglang-cpu-test"):
+            build_sglang(args)
+        elif args.cmd == "test-engine":
+            build_test_engine(args)
+        elif args.cmd == "save":
+            m = archive.save(args.image, Path(args.out), compress=args.gzip)
+            print(Path(args.out) / m.archive)
+        else:
+            m = archive.verify(args.archive) if args.cmd == "verify" else archive.load(args.archive)
+            what = f" ({', '.join(m.repo_tags)} {m.image_id[:19]})" if m else ""
+            print(f"{args.archive}: OK{what}" + (", loaded" if args.cmd == "load" else ""))
+    except (BuildError, PatchError, archive.ArchiveError) as exc:
+        print(f"[images] ERROR: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

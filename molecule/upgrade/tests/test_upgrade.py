@@ -1,0 +1,50 @@
+"""molecule/upgrade verify: a FlashInfer/CUDA upgrade gets a fresh cache; the old one stays."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
+import helpers
+
+NAME = "mol-sglang-mol-upgrade-h1"
+
+
+def _records():
+    """This host's rollout records, oldest first: converge (a), upgrade (b), redeploy (b)."""
+    files = sorted(helpers.reports_dir().glob("*/hosts/mol-upgrade-h1.json"), key=lambda p: p.stat().st_mtime)
+    return [json.loads(p.read_text()) for p in files]
+
+
+def test_release_b_runs_on_a_new_cache_key(host):
+    info = helpers.container(host, NAME)
+    assert "local/sglang-test-engine:release-b" in helpers.image_ref(host, info["Image"])
+    mount = helpers.flashinfer_mount(info)
+    assert "fi0.7.2-" in mount["Name"] and "cu13.0" in mount["Name"], mount
+
+
+def test_release_a_cache_is_kept(host):
+    volumes = host.check_output("docker volume ls -q --filter name=mol-fic-mol-upgrade-h1-").split()
+    assert any("fi0.6.3" in v and "cu12.9" in v for v in volumes), volumes
+    assert any("fi0.7.2-" in v and "cu13.0" in v for v in volumes), volumes
+
+
+def test_upgrade_started_cold_and_restart_found_it_warm(host):
+    records = _records()
+    assert len(records) >= 3, records
+    converge, upgrade, redeploy = records[-3:]
+    assert converge["cache"]["start"] == "cold", converge
+    assert upgrade["cache"]["start"] == "cold", upgrade  # new key: nothing stale reused
+    assert upgrade["cache"]["key"] != converge["cache"]["key"]
+    assert redeploy["cache"]["start"] == "warm", redeploy
+    assert redeploy["cache"]["size_bytes"] > 0
+    # the engine itself saw the cache warm after the restart
+    logs = helpers.container_logs(host, NAME, tail=400)
+    assert "flashinfer cache: warm" in logs, logs
+
+
+def test_upgrade_passed_its_gate(host):
+    reports = helpers.gate_reports("mol-upgrade-h1")
+    assert reports and reports[-1]["verdict"] == "pass"
