@@ -1,0 +1,376 @@
+"""Turn the role's structured settings into an SGLang ``launch_server`` argv.
+
+Why a filter and not a Jinja template: the flag set depends on the SGLang version
+(renames and removals, see FIELD-NOTES) and on the image's patch record, and the
+rules need unit tests. Every error names the inventory variable (``sglang_server_<key>``)
+and the allowed values, so a bad inventory stops in preflight before any host changes.
+
+Both the production image (``python3 -m sglang.launch_server``) and the test engine
+(``python3 -m testengine``) receive the same argv (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+PREFIX = "sglang_server_"
+GUARD_FIX = "dsa-fp8-page-table-guard"
+
+# Superset of the values accepted across the SGLang releases we deploy (0.5.9 .. 0.5.23).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "kv_cache_dtype": ("auto", "fp8_e4m3", "fp8_e5m2", "bf16"),
+    "quantization": (
+        "",
+        "modelopt_fp4",
+        "modelopt_fp8",
+        "modelopt",
+        "fp8",
+        "mxfp4",
+        "w4afp8",
+        "w8a8_fp8",
+        "w8a8_int8",
+        "awq",
+        "gptq",
+        "compressed-tensors",
+    ),
+    "attention_backend": (
+        "",
+        "triton",
+        "flashinfer",
+        "fa3",
+        "fa4",
+        "flashmla",
+        "cutlass_mla",
+        "trtllm_mla",
+        "trtllm_mha",
+        "dsa",
+        "nsa",
+        "torch_native",
+    ),
+    "dsa_prefill_backend": ("", "flashmla_sparse", "flashmla_kv", "flashmla_auto", "fa3", "tilelang", "trtllm"),
+    "dsa_decode_backend": ("", "flashmla_sparse", "flashmla_kv", "flashmla_auto", "fa3", "tilelang", "trtllm"),
+    "moe_runner_backend": (
+        "",
+        "auto",
+        "triton",
+        "triton_kernel",
+        "deep_gemm",
+        "cutlass",
+        "flashinfer_cutlass",
+        "flashinfer_trtllm",
+        "flashinfer_mxfp4",
+        "flashinfer_cutedsl",
+    ),
+    "radix_cache": ("auto", "enabled", "disabled"),
+}
+
+# Flags a structured variable owns: putting them in extra_args as well is contradictory.
+MANAGED_FLAGS: dict[str, str] = {
+    "--model-path": "model_path",
+    "--model": "model_path",
+    "--served-model-name": "served_model_name",
+    "--tp-size": "tp_size",
+    "--tp": "tp_size",
+    "--tensor-parallel-size": "tp_size",
+    "--quantization": "quantization",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--attention-backend": "attention_backend",
+    "--nsa-prefill-backend": "dsa_prefill_backend",
+    "--dsa-prefill-backend": "dsa_prefill_backend",
+    "--nsa-decode-backend": "dsa_decode_backend",
+    "--dsa-decode-backend": "dsa_decode_backend",
+    "--moe-runner-backend": "moe_runner_backend",
+    "--max-running-requests": "max_running_requests",
+    "--mem-fraction-static": "mem_fraction_static",
+    "--chunked-prefill-size": "chunked_prefill_size",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
+    "--disable-cuda-graph": "disable_cuda_graph",
+    "--enable-metrics": "enable_metrics",
+    "--host": "listen_host",
+    "--port": "port",
+    "--trust-remote-code": "trust_remote_code",
+    "--reasoning-parser": "reasoning_parser",
+    "--tool-call-parser": "tool_call_parser",
+    "--disable-custom-all-reduce": "disable_custom_all_reduce",
+    "--disable-shared-experts-fusion": "disable_shared_experts_fusion",
+    "--enable-flashinfer-allreduce-fusion": "enable_flashinfer_allreduce_fusion",
+    "--stream-interval": "stream_interval",
+    "--disable-radix-cache": "radix_cache",
+    "--api-key": "api_key",
+}
+
+
+@dataclass
+class Rendered:
+    """The argv plus everything the role prints or asserts about it."""
+
+    argv: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    radix_cache_disabled: bool = False
+    radix_cache_reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "argv": self.argv,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "radix_cache_disabled": self.radix_cache_disabled,
+            "radix_cache_reason": self.radix_cache_reason,
+        }
+
+
+def parse_version(text: Any) -> tuple[int, ...] | None:
+    """``"0.5.23.post1"`` -> ``(0, 5, 23)``; ``None`` when there is no usable version."""
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text or ""))
+    if not match:
+        return None
+    return tuple(int(part) for part in match.groups(default="0"))
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+def _as_int(
+    settings: dict[str, Any], key: str, errors: list[str], minimum: int = 1, maximum: int | None = None
+) -> int | None:
+    value = settings.get(key)
+    if _empty(value):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(str(value).strip())
+    except ValueError:
+        errors.append(f"{PREFIX}{key} must be an integer, got {value!r}")
+        return None
+    upper = f"..{maximum}" if maximum is not None else " or more"
+    if number < minimum or (maximum is not None and number > maximum):
+        errors.append(f"{PREFIX}{key} must be in {minimum}{upper}, got {number}")
+        return None
+    return number
+
+
+def _as_bool(settings: dict[str, Any], key: str, errors: list[str]) -> bool:
+    value = settings.get(key, False)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0", "", "none"):
+        return False
+    errors.append(f"{PREFIX}{key} must be true or false, got {value!r}")
+    return False
+
+
+def _choice(settings: dict[str, Any], key: str, errors: list[str]) -> str:
+    value = "" if _empty(settings.get(key)) else str(settings.get(key)).strip()
+    allowed = CHOICES[key]
+    if value not in allowed:
+        shown = ", ".join(repr(v) if v == "" else v for v in allowed)
+        errors.append(f"{PREFIX}{key} must be one of: {shown}; got {value!r}")
+    return value
+
+
+def check_settings(settings: dict[str, Any], gpu_count: Any = None) -> list[str]:
+    """Static checks that need neither the host nor the image: run in preflight."""
+    errors: list[str] = []
+    if _empty(settings.get("model_path")):
+        errors.append(f"{PREFIX}model_path must be set (a path inside the container or a model id)")
+    for key in CHOICES:
+        _choice(settings, key, errors)
+    tp_size = _as_int(settings, "tp_size", errors)
+    if tp_size is None and not any("tp_size" in e for e in errors):
+        errors.append(f"{PREFIX}tp_size must be set (1 or more)")
+    gpus: int | None = None
+    try:
+        gpus = None if _empty(gpu_count) else int(str(gpu_count))
+    except ValueError:
+        errors.append(f"sglang_gpu_count must be an integer, got {gpu_count!r}")
+    if tp_size and gpus is not None:
+        if gpus < 1:
+            errors.append(f"sglang_gpu_count must be 1 or more, got {gpus}")
+        elif tp_size > gpus or gpus % tp_size:
+            divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+            errors.append(
+                f"{PREFIX}tp_size={tp_size} must divide sglang_gpu_count={gpus}; "
+                f"allowed values: {', '.join(map(str, divisors))}"
+            )
+    _as_int(settings, "port", errors, 1, 65535)
+    for key in ("max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs", "stream_interval"):
+        _as_int(settings, key, errors)
+    fraction = settings.get("mem_fraction_static")
+    if not _empty(fraction):
+        try:
+            value = float(str(fraction))
+            if not 0.0 < value < 1.0:
+                raise ValueError
+        except ValueError:
+            errors.append(f"{PREFIX}mem_fraction_static must be a number in (0, 1), got {fraction!r}")
+    for key in (
+        "disable_cuda_graph",
+        "enable_metrics",
+        "trust_remote_code",
+        "disable_custom_all_reduce",
+        "disable_shared_experts_fusion",
+        "enable_flashinfer_allreduce_fusion",
+    ):
+        _as_bool(settings, key, errors)
+    if _as_bool(settings, "disable_cuda_graph", []) and not _empty(settings.get("cuda_graph_max_bs")):
+        errors.append(
+            f"{PREFIX}cuda_graph_max_bs is set while {PREFIX}disable_cuda_graph is true: "
+            "contradictory, unset one of them"
+        )
+    extra = settings.get("extra_args") or []
+    if not isinstance(extra, list) or not all(isinstance(a, str | int | float) for a in extra):
+        errors.append(f"{PREFIX}extra_args must be a list of strings, got {extra!r}")
+    else:
+        for arg in extra:
+            flag = str(arg).split("=", 1)[0]
+            owner = MANAGED_FLAGS.get(flag)
+            if owner == "radix_cache":
+                errors.append(
+                    f"{PREFIX}extra_args contains {flag}: use {PREFIX}radix_cache "
+                    "(auto | enabled | disabled) instead, so it cannot contradict the patch record"
+                )
+            elif owner:
+                errors.append(f"{PREFIX}extra_args contains {flag}, which {PREFIX}{owner} already controls")
+    return errors
+
+
+def _guard_status(patch_record: Any) -> str:
+    if not isinstance(patch_record, dict) or not patch_record:
+        return "missing"
+    fix = (patch_record.get("fixes") or {}).get(GUARD_FIX)
+    if not isinstance(fix, dict):
+        return "missing"
+    return str(fix.get("status", "missing"))
+
+
+def render_argv(
+    settings: dict[str, Any], sglang_version: Any = None, patch_record: Any = None, gpu_arch: Any = None
+) -> Rendered:
+    """Render the argv for one SGLang version, image patch record and GPU arch."""
+    out = Rendered(errors=check_settings(settings))
+    version = parse_version(sglang_version)
+    arch = re.sub(r"\D", "", str(gpu_arch or ""))
+    argv = out.argv
+
+    def add(flag: str, key: str) -> None:
+        value = settings.get(key)
+        if not _empty(value):
+            argv.extend([flag, str(value).strip()])
+
+    def switch(flag: str, key: str) -> None:
+        if _as_bool(settings, key, []):
+            argv.append(flag)
+
+    add("--model-path", "model_path")
+    add("--served-model-name", "served_model_name")
+    add("--tp-size", "tp_size")
+    add("--quantization", "quantization")
+    add("--kv-cache-dtype", "kv_cache_dtype")
+    add("--attention-backend", "attention_backend")
+
+    dsa_set = [k for k in ("dsa_prefill_backend", "dsa_decode_backend") if not _empty(settings.get(k))]
+    graph_bs_set = not _empty(settings.get("cuda_graph_max_bs"))
+    if version is None and (dsa_set or graph_bs_set):
+        needs = ", ".join(PREFIX + k for k in [*dsa_set, *(["cuda_graph_max_bs"] if graph_bs_set else [])])
+        out.errors.append(
+            f"the image has no io.sglang-deploy.sglang.version label ({sglang_version!r}) and {needs} "
+            f"render differently per SGLang version: set {PREFIX}sglang_version"
+        )
+    # --nsa-* was the real name up to 0.5.12; 0.5.13 added --dsa-* (nsa kept as a deprecated alias,
+    # read from the wheel); --nsa-* is gone from 0.5.20.
+    dsa_word = "nsa" if version is not None and version <= (0, 5, 12) else "dsa"
+    add(f"--{dsa_word}-prefill-backend", "dsa_prefill_backend")
+    add(f"--{dsa_word}-decode-backend", "dsa_decode_backend")
+    add("--moe-runner-backend", "moe_runner_backend")
+    add("--max-running-requests", "max_running_requests")
+    add("--mem-fraction-static", "mem_fraction_static")
+    add("--chunked-prefill-size", "chunked_prefill_size")
+    switch("--disable-cuda-graph", "disable_cuda_graph")
+    # --cuda-graph-max-bs-decode appeared in 0.5.14 (the old name became its deprecated alias, read
+    # from the wheels) and the old name is gone from 0.5.20.
+    new_graph_flag = version is not None and version >= (0, 5, 14)
+    graph_flag = "--cuda-graph-max-bs-decode" if new_graph_flag else "--cuda-graph-max-bs"
+    add(graph_flag, "cuda_graph_max_bs")
+    add("--stream-interval", "stream_interval")
+    switch("--enable-metrics", "enable_metrics")
+    switch("--trust-remote-code", "trust_remote_code")
+    add("--reasoning-parser", "reasoning_parser")
+    add("--tool-call-parser", "tool_call_parser")
+    switch("--disable-custom-all-reduce", "disable_custom_all_reduce")
+    switch("--disable-shared-experts-fusion", "disable_shared_experts_fusion")
+    if _as_bool(settings, "enable_flashinfer_allreduce_fusion", []):
+        if arch == "120":
+            out.warnings.append(
+                f"{PREFIX}enable_flashinfer_allreduce_fusion is a no-op on sm_120 (RTX PRO 6000): not rendered"
+            )
+        elif version is not None and version >= (0, 5, 18):
+            out.warnings.append(
+                f"{PREFIX}enable_flashinfer_allreduce_fusion is deprecated in SGLang >= 0.5.18: not rendered"
+            )
+        else:
+            argv.append("--enable-flashinfer-allreduce-fusion")
+
+    radix = str(settings.get("radix_cache") or "auto").strip()
+    guard = _guard_status(patch_record)
+    guard_missing = guard in ("absent", "missing")
+    if radix == "disabled":
+        out.radix_cache_disabled = True
+        out.radix_cache_reason = f"{PREFIX}radix_cache=disabled (guard status: {guard})"
+    elif radix == "enabled" and guard_missing:
+        out.errors.append(
+            f"{PREFIX}radix_cache=enabled contradicts the image's patch record: {GUARD_FIX} is {guard}, "
+            "so the radix cache would crash FP8 DSA prefill; use auto or disabled, or deploy a patched image"
+        )
+    elif radix == "auto" and guard_missing:
+        out.radix_cache_disabled = True
+        out.radix_cache_reason = f"patch record: {GUARD_FIX} is {guard}"
+    else:
+        out.radix_cache_reason = f"patch record: {GUARD_FIX} is {guard}; radix cache kept"
+    if out.radix_cache_disabled:
+        argv.append("--disable-radix-cache")
+
+    add("--host", "listen_host")
+    add("--port", "port")
+    argv.extend(str(a) for a in settings.get("extra_args") or [] if isinstance(settings.get("extra_args"), list))
+    return out
+
+
+def sglang_server_check(settings: dict[str, Any], gpu_count: Any = None) -> list[str]:
+    """Filter: static errors for preflight (empty list when the settings are fine)."""
+    return check_settings(settings, gpu_count)
+
+
+def sglang_server_argv(
+    settings: dict[str, Any], sglang_version: Any = None, patch_record: Any = None, gpu_arch: Any = None
+) -> dict[str, Any]:
+    """Filter: ``{argv, errors, warnings, radix_cache_disabled, radix_cache_reason}``."""
+    return render_argv(settings, sglang_version, patch_record, gpu_arch).as_dict()
+
+
+def sglang_server_str_values(mapping: dict[str, Any]) -> dict[str, str]:
+    """Filter: docker wants string env values; YAML turns ``1`` and ``true`` into other types."""
+
+    def text(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return {str(key): text(value) for key, value in (mapping or {}).items()}
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sglang_server_check": sglang_server_check,
+            "sglang_server_argv": sglang_server_argv,
+            "sglang_server_str_values": sglang_server_str_values,
+        }

@@ -1,0 +1,65 @@
+"""Simulated FlashInfer JIT/autotune cache, so the roles' cache volume can be tested in CI.
+
+A real first start compiles kernels into ``<cache>/<fi-version>/<arch>/cached_ops``
+and writes autotune results; a later start with the folder mounted skips that. The
+test engine copies the shape: no marker -> "cold" (sleep ``cold_start_s``, then write a
+few small files, every one saying it is a test-engine file); marker -> "warm".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("testengine")
+
+MARKER = ".test-engine-cache.json"
+_NOTE = "Written by the SGLang-compatible TEST ENGINE (CI), not by FlashInfer. Safe to delete.\n"
+
+
+@dataclass
+class CacheState:
+    """Where the cache lives and whether this start found it warm."""
+
+    root: str
+    version: str
+    arch: str
+    cold: bool
+
+    @property
+    def state(self) -> str:
+        return "cold" if self.cold else "warm"
+
+    @property
+    def arch_dir(self) -> str:
+        return os.path.join(self.root, self.version, self.arch)
+
+    @classmethod
+    def probe(cls, root: str, version: str, arch: str) -> CacheState:
+        marker = os.path.join(root, version, arch, MARKER)
+        state = cls(root=root, version=version, arch=arch, cold=not os.path.isfile(marker))
+        log.info("flashinfer cache: %s (%s)", state.state, state.arch_dir)
+        return state
+
+    def populate(self) -> None:
+        """Write FlashInfer-shaped files and the marker; a read-only cache only logs a warning."""
+        try:
+            ops = os.path.join(self.arch_dir, "cached_ops", "test_engine_fused_moe_sm120")
+            os.makedirs(ops, exist_ok=True)
+            with open(os.path.join(ops, "README.test-engine"), "w") as f:
+                f.write(_NOTE)
+            # where FlashInfer puts a built module (<name>/<name>.so); a text stand-in here, so
+            # the roles' "warm = compiled modules present" check sees the real layout
+            with open(os.path.join(ops, "test_engine_fused_moe_sm120.so"), "w") as f:
+                f.write(_NOTE)
+            tune = os.path.join(self.arch_dir, "autotune")
+            os.makedirs(tune, exist_ok=True)
+            with open(os.path.join(tune, "test-engine-autotune.json"), "w") as f:
+                json.dump({"test_engine": True, "note": _NOTE.strip(), "tactics": {}}, f)
+            with open(os.path.join(self.arch_dir, MARKER), "w") as f:
+                json.dump({"test_engine": True, "written_at": time.time(), "note": _NOTE.strip()}, f)
+        except OSError as exc:
+            log.warning("flashinfer cache: could not write %s: %s", self.arch_dir, exc)

@@ -1,0 +1,86 @@
+"""Helpers shared by the tests of roles/, playbooks/ and inventory/ (run ansible-playbook, read YAML)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+ROLE_NAMES = ("gpu_host", "sglang_image", "flashinfer_cache", "sglang_server", "sglang_gate")
+BIN = Path(sys.executable).parent
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)",
+    re.M,
+)
+
+
+@dataclass
+class Run:
+    """One ansible-playbook run: exit code, combined output and the parsed PLAY RECAP."""
+
+    rc: int
+    out: str
+    recap: dict[str, dict[str, int]]
+
+    def changed(self, host: str = "localhost") -> int:
+        return self.recap[host]["changed"]
+
+
+def ansible_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_ROLES_PATH=str(ROLES),
+        ANSIBLE_LOCAL_TEMP=str(Path(os.environ.get("TMPDIR", "/tmp")) / "ansible-local-roles-tests"),
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    return env
+
+
+def ansible_playbook(*args: str, timeout: int = 600) -> Run:
+    """Run .venv's ansible-playbook from the repository root (so ansible.cfg applies)."""
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), *args],
+        cwd=REPO,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    recap = {m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")} for m in RECAP.finditer(out)}
+    return Run(proc.returncode, out, recap)
+
+
+def load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def docker_ok() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0
+
+
+def docker_json(*args: str) -> Any:
+    """``docker inspect``-style JSON, or None when the object does not exist."""
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return None
+    data = json.loads(proc.stdout)
+    return data[0] if isinstance(data, list) and data else data

@@ -1,0 +1,70 @@
+"""gpu_host's visible-GPU check, against a fake nvidia-smi (no GPU here): the wrong count or
+arch fails naming what was seen and what the inventory expects; the right GPUs pass on to the
+docker runtime check, which fails plainly when the nvidia runtime is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from roles_testlib import BIN, ansible_playbook, docker_ok
+
+PLAY = """---
+- name: GPU check only
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Check the GPUs
+      ansible.builtin.include_role:
+        name: gpu_host
+        tasks_from: gpus
+"""
+
+
+def run_check(tmp_path: Path, gpus: list[str], count: int = 8, arch: str = "120"):
+    smi = tmp_path / "nvidia-smi"
+    lines = "\\n".join(gpus)
+    smi.write_text(f'#!/bin/sh\nprintf "{lines}\\n"\n')
+    smi.chmod(0o755)
+    play = tmp_path / "gpus.yml"
+    play.write_text(PLAY)
+    return ansible_playbook(
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(play),
+        "-e",
+        f'{{"ansible_python_interpreter": "{BIN / "python"}", "gpu_host_nvidia_smi": "{smi}",'
+        f' "sglang_gpu_count": {count}, "sglang_gpu_arch": "{arch}"}}',
+    )
+
+
+def test_missing_gpu_fails_with_count_and_expectation(tmp_path: Path) -> None:
+    run = run_check(tmp_path, ["NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0"] * 7)
+    assert run.rc != 0
+    assert "shows 7 GPU(s) with compute capability sm_120" in run.out
+    assert "expected sglang_gpu_count=8 of sm_120" in run.out
+
+
+def test_wrong_arch_fails(tmp_path: Path) -> None:
+    run = run_check(tmp_path, ["NVIDIA H200, 9.0"] * 8)
+    assert run.rc != 0
+    assert "compute capability sm_90" in run.out
+
+
+def test_broken_nvidia_smi_says_what_to_do(tmp_path: Path) -> None:
+    run = run_check(tmp_path, [], count=8)
+    assert run.rc != 0
+    assert "shows 0 GPU(s)" in run.out
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not docker_ok(), reason="no docker engine")
+def test_right_gpus_reach_the_runtime_check(tmp_path: Path) -> None:
+    run = run_check(tmp_path, ["NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0"] * 8)
+    assert "8 x sm_120 visible" in run.out
+    # This machine's docker has no nvidia runtime: the check must say so plainly.
+    assert run.rc != 0
+    assert "has no nvidia runtime" in run.out
+    assert 'could not select device driver "" with capabilities: [[gpu]]' in run.out

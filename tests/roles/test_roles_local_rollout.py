@@ -1,0 +1,272 @@
+"""The whole flow on the real docker engine with the local inventory and the project's
+TEST ENGINE images (an SGLang-API-compatible fake: its numbers are never SGLang's):
+
+archive with a bad checksum -> stopped before `docker load`; first deploy from the archive ->
+gate pass; second run -> changed=0, nothing restarted; bad inventory values -> stopped in
+preflight naming the variable, container untouched; a gate failure (release-b with an engine
+fault) -> rolled back to the last good image, cache volumes kept; the run after -> changed=0.
+
+Names, port, cache prefix, state and report folders are this test's own, so it cannot touch
+another deployment on the same daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from roles_testlib import REPO, Run, ansible_playbook, docker_json, docker_ok
+
+RELEASE_A = "local/sglang-test-engine:release-a"
+RELEASE_B = "local/sglang-test-engine:release-b"
+RELEASE_C = "local/sglang-test-engine:release-c"  # poses as a release without the DSA guard
+
+
+def _missing() -> str:
+    if not docker_ok():
+        return "no docker engine"
+    for ref in (RELEASE_A, RELEASE_B, RELEASE_C):
+        if docker_json("image", "inspect", ref) is None:
+            return f"{ref} missing: build it with `python3 images/build.py test-engine --release all`"
+    if not (REPO / "validate" / "gate.py").is_file():
+        return "validate/ (the gate) is not there yet"
+    return ""
+
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(_missing()), reason=_missing() or "ready"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Env:
+    """This test's deployment: its own names and folders, plus helpers to run and inspect it."""
+
+    tmp: Path
+    name: str
+    port: int
+    prefix: str
+    tag: str
+    archive: Path
+    key: str
+    base_vars: dict[str, Any] = field(default_factory=dict)
+    step: int = 0
+
+    def deploy(self, *args: str, **over: Any) -> Run:
+        self.step += 1
+        var_file = self.tmp / f"vars-{self.step}.json"
+        var_file.write_text(json.dumps({**self.base_vars, "sglang_run_id": f"step{self.step}", **over}))
+        return ansible_playbook("deploy.yml", "-e", f"@{var_file}", *args)
+
+    def container(self) -> dict[str, Any] | None:
+        return docker_json("container", "inspect", self.name)
+
+    def volumes(self) -> list[str]:
+        out = subprocess.run(
+            ["docker", "volume", "ls", "-q", "--filter", f"label=io.sglang-deploy.cache-prefix={self.prefix}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return sorted(out.split())
+
+    def summary(self) -> dict[str, Any]:
+        path = self.tmp / "reports" / f"step{self.step}" / "rollout-summary.json"
+        return json.loads(path.read_text())
+
+    def health(self) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as resp:
+            return resp.status
+
+
+def _image_id(ref: str) -> str:
+    return docker_json("image", "inspect", ref)["Id"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("rollout")
+    uid = f"{os.getpid()}-{secrets.token_hex(2)}"
+    e = Env(
+        tmp=tmp,
+        name=f"sglang-rolestest-{uid}",
+        port=_free_port(),
+        prefix=f"fi-rolestest-{uid}",
+        tag=f"local/sglang-test-engine:rolestest-{uid}",
+        archive=tmp / "archive",
+        key="test-key-" + secrets.token_hex(8),
+    )
+    # An archive of release-a under a tag that is then removed, so the deploy really loads it.
+    subprocess.run(["docker", "tag", RELEASE_A, e.tag], check=True)
+    saved = subprocess.run(
+        [sys.executable, str(REPO / "images" / "build.py"), "save", e.tag, "--out", str(e.archive)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    tarball = Path(saved.stdout.strip().splitlines()[-1])
+    subprocess.run(["docker", "rmi", e.tag], check=True, capture_output=True)
+    e.base_vars = {
+        "sglang_image": e.tag,
+        "sglang_image_source": "archive",
+        "sglang_image_archive_on_host": True,
+        "sglang_image_archive_path": str(tarball),
+        "sglang_image_probe_container_name": f"{e.name}-probe",
+        "sglang_server_container_name": e.name,
+        "sglang_server_port": e.port,
+        "sglang_server_state_dir": str(tmp / "state"),
+        "sglang_server_api_key": e.key,
+        "flashinfer_cache_volume_prefix": e.prefix,
+        "sglang_reports_dir": str(tmp / "reports"),
+    }
+    try:
+        yield e
+    finally:
+        subprocess.run(["docker", "rm", "-f", e.name, f"{e.name}-probe"], capture_output=True, check=False)
+        for vol in e.volumes():
+            subprocess.run(["docker", "volume", "rm", vol], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", e.tag], capture_output=True, check=False)
+
+
+def test_bad_checksum_stops_before_load(env: Env) -> None:
+    bad = env.tmp / "bad.sha256"
+    bad.write_text("0" * 64 + "  whatever.tar\n")
+    run = env.deploy(sglang_image_archive_checksum_path=str(bad))
+    assert run.rc != 0
+    assert "Checksum mismatch" in run.out and "Nothing was loaded" in run.out
+    assert docker_json("image", "inspect", env.tag) is None
+    assert env.container() is None
+
+
+def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env) -> None:
+    run = env.deploy("-vvv")  # verbose on purpose: the API key must not show even there
+    assert run.rc == 0, run.out[-6000:]
+    assert _image_id(env.tag) == _image_id(RELEASE_A)
+    c = env.container()
+    assert c and c["State"]["Running"] and c["Image"] == _image_id(RELEASE_A)
+    assert env.health() == 200
+    host = env.summary()["hosts"][0]
+    assert host["gate"] == "pass" and host["outcome"] == "ok"
+    assert host["cache"]["start"] == "cold"
+    report = json.loads((Path(host["report_dir"]) / "report.json").read_text())
+    assert report["verdict"] == "pass"
+    assert len(env.volumes()) == 1
+    # The API key is used (the gate passed through it) but never shown, even at -vvv, or stored.
+    assert "SGLANG_DEPLOY_API_KEY" in run.out  # the -vvv output is really there
+    assert env.key not in run.out
+    for path in (env.tmp / "reports").rglob("*"):
+        assert not path.is_file() or env.key not in path.read_text(errors="replace"), path
+    for path in (env.tmp / "state").rglob("*"):
+        assert env.key not in path.read_text(errors="replace"), path
+
+
+def test_second_run_changes_and_restarts_nothing(env: Env) -> None:
+    before = env.container()
+    run = env.deploy()
+    assert run.rc == 0, run.out[-6000:]
+    assert run.changed() == 0, run.out[-6000:]
+    after = env.container()
+    assert after["Id"] == before["Id"]
+    assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
+    host = env.summary()["hosts"][0]
+    assert host["gate"] == "skipped" and host["cache"]["start"] == "warm"
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"sglang_server_kv_cache_dtype": "fp9"}, "sglang_server_kv_cache_dtype must be one of: auto, fp8_e4m3"),
+        ({"sglang_server_tp_size": 3}, "sglang_server_tp_size=3 must divide sglang_gpu_count=8"),
+        ({"sglang_server_port": 70000}, "sglang_server_port must be in 1..65535"),
+    ],
+)
+def test_bad_value_stops_in_preflight_with_nothing_changed(env: Env, over: dict, needle: str) -> None:
+    before = env.container()
+    run = env.deploy(**over)
+    assert run.rc != 0
+    assert needle in run.out
+    assert "PLAY [Roll out host by host" not in run.out
+    assert run.changed() == 0
+    after = env.container()
+    assert after["Id"] == before["Id"] and after["State"]["StartedAt"] == before["State"]["StartedAt"]
+
+
+def test_gate_failure_rolls_back_and_keeps_the_caches(env: Env) -> None:
+    good_volume = env.volumes()
+    run = env.deploy(
+        sglang_image=RELEASE_B,
+        sglang_image_source="local",
+        sglang_test_engine_env={"TEST_ENGINE_FAULT": "crash_above:8", "TEST_ENGINE_COLD_START_S": "1"},
+    )
+    assert run.rc != 0
+    assert "Gate FAILED" in run.out and f"Rolled back to {env.tag}" in run.out
+    c = env.container()
+    assert c["State"]["Running"] and c["Image"] == _image_id(RELEASE_A)
+    assert not any(v.startswith("TEST_ENGINE_FAULT=") for v in c["Config"]["Env"])
+    assert env.health() == 200
+    volumes = env.volumes()
+    assert set(good_volume) < set(volumes) and len(volumes) == 2  # old key kept, new key kept
+    summary = env.summary()
+    host = summary["hosts"][0]
+    assert host["rolled_back"] is True and host["outcome"] == "failed"
+    assert host["image_after"] == env.tag and host["image_target"] == RELEASE_B
+    assert host["messages"], host
+    assert summary["rolled_back"] == ["localhost"]
+    assert env.key not in run.out
+
+
+def test_server_that_never_gets_ready_is_rolled_back(env: Env) -> None:
+    run = env.deploy(
+        sglang_image=RELEASE_B,
+        sglang_image_source="local",
+        sglang_server_ready_timeout_s=6,
+        sglang_test_engine_env={"TEST_ENGINE_STARTUP_DELAY_S": "120"},
+    )
+    assert run.rc != 0
+    assert "did not answer" in run.out and "within 6 s" in run.out
+    c = env.container()
+    assert c["State"]["Running"] and c["Image"] == _image_id(RELEASE_A)
+    host = env.summary()["hosts"][0]
+    assert host["gate"] == "not-ready" and host["rolled_back"] is True
+    assert len(env.volumes()) == 2
+
+
+def test_run_after_rollback_is_unchanged(env: Env) -> None:
+    before = env.container()
+    run = env.deploy()
+    assert run.rc == 0, run.out[-6000:]
+    assert run.changed() == 0, run.out[-6000:]
+    assert env.container()["Id"] == before["Id"]
+
+
+def test_upgrade_without_guard_disables_radix_cache_and_prunes_old_caches(env: Env) -> None:
+    volumes_before = env.volumes()  # release-a (last good) and release-b (failed attempts)
+    run = env.deploy(sglang_image=RELEASE_C, sglang_image_source="local")
+    assert run.rc == 0, run.out[-6000:]
+    c = env.container()
+    assert c["Image"] == _image_id(RELEASE_C)
+    assert "--disable-radix-cache" in c["Config"]["Cmd"]
+    assert "dsa-fp8-page-table-guard is absent" in run.out
+    volumes = env.volumes()
+    # Kept: the new key and the previous release's (rollback target); the failed release-b one is pruned.
+    assert len(volumes) == 2 and len(set(volumes) & set(volumes_before)) == 1
+    host = env.summary()["hosts"][0]
+    assert host["gate"] == "pass" and host["image_before"] == env.tag and host["image_after"] == RELEASE_C

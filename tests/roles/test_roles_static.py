@@ -1,0 +1,112 @@
+"""Static checks of the rollout: syntax with both inventories, ansible-lint (production
+profile), yamllint, the example inventory passing preflight, and its gate thresholds
+staying equal to validate/configs/reference.yml."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+from roles_testlib import BIN, REPO, ansible_env, ansible_playbook, load_yaml
+
+TARGETS = ["roles", "playbooks", "inventory", "deploy.yml"]
+DEMO_VAULT_PASSWORD = "example-only-change-me"  # documented in inventory/example/group_vars/all/vault.yml
+
+
+@pytest.mark.parametrize("inventory", ["inventory/local/hosts.yml", "inventory/example"])
+def test_syntax_check(inventory: str) -> None:
+    run = ansible_playbook("-i", inventory, "deploy.yml", "--syntax-check")
+    assert run.rc == 0, run.out
+
+
+@pytest.mark.slow
+def test_ansible_lint_production_profile() -> None:
+    proc = subprocess.run(
+        [str(BIN / "ansible-lint"), "--profile", "production", "-f", "pep8", "roles", "playbooks", "deploy.yml"],
+        cwd=REPO,
+        env={**ansible_env(), "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_yamllint() -> None:
+    proc = subprocess.run(
+        [str(BIN / "yamllint"), "-s", *TARGETS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _example_preflight(tmp_path: Path, *extra: str):
+    password = tmp_path / "vault-pass"
+    password.write_text(DEMO_VAULT_PASSWORD + "\n")
+    return ansible_playbook(
+        "-i",
+        "inventory/example",
+        "playbooks/preflight.yml",
+        "--vault-password-file",
+        str(password),
+        "-e",
+        "ansible_connection=local",
+        "-e",
+        "ansible_become=false",
+        "-e",
+        f'{{"ansible_python_interpreter": "{BIN / "python"}"}}',
+        *extra,
+    )
+
+
+def test_example_inventory_passes_preflight(tmp_path: Path) -> None:
+    """The documented production settings are valid (preflight only asserts: nothing is contacted)."""
+    run = _example_preflight(tmp_path)
+    assert run.rc == 0, run.out
+    assert run.recap["gpu-host-08.example.internal"]["failed"] == 0
+
+
+def test_example_preflight_stops_every_host_on_one_bad_value(tmp_path: Path) -> None:
+    run = _example_preflight(
+        tmp_path,
+        "-l",
+        "gpu-host-01.example.internal,gpu-host-02.example.internal,localhost",
+        "-e",
+        "sglang_server_kv_cache_dtype=fp9",
+    )
+    assert run.rc != 0
+    assert "sglang_server_kv_cache_dtype must be one of: auto, fp8_e4m3, fp8_e5m2, bf16" in run.out
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isinf(a) and math.isinf(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_example_gate_thresholds_match_the_reference_config() -> None:
+    reference = REPO / "validate" / "configs" / "reference.yml"
+    if not reference.is_file():
+        pytest.skip("validate/configs/reference.yml is not there yet")
+    example = load_yaml(REPO / "inventory" / "example" / "group_vars" / "all" / "main.yml")["sglang_gate_config"]
+    assert _same(example, load_yaml(reference))
+    assert example["throughput"]["min_total_tok_s"] == 1846
+    assert example["stability"]["concurrency"] == [256, 512, 1024]
+
+
+def test_misspelt_variable_stops_preflight_with_a_suggestion(tmp_path: Path) -> None:
+    run = _example_preflight(
+        tmp_path, "-l", "gpu-host-01.example.internal,localhost", "-e", "sglang_server_kv_cahce_dtype=fp8_e4m3"
+    )
+    assert run.rc != 0
+    assert "sglang_server_kv_cahce_dtype (did you mean sglang_server_kv_cache_dtype?)" in run.out
