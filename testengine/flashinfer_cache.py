@@ -3,7 +3,8 @@
 A real first start compiles kernels into ``<cache>/<fi-version>/<arch>/cached_ops``
 and writes autotune results; a later start with the folder mounted skips that. The
 test engine copies the shape: no marker -> "cold" (sleep ``cold_start_s``, then write a
-few small files, every one saying it is a test-engine file); marker -> "warm".
+few small files, every one saying it is a test-engine file, among them a placeholder
+``cached_ops/<module>/<module>.so``, which is what the roles look for); marker -> "warm".
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ class CacheState:
     def populate(self) -> None:
         """Write FlashInfer-shaped files and the marker; a read-only cache only logs a warning."""
         try:
-            ops = os.path.join(self.arch_dir, "cached_ops", "test_engine_fused_moe_sm120")
+            module = "test_engine_fused_moe_sm120"
+            ops = os.path.join(self.arch_dir, "cached_ops", module)
             os.makedirs(ops, exist_ok=True)
             with open(os.path.join(ops, "README.test-engine"), "w") as f:
                 f.write(_NOTE)
-            # where FlashInfer puts a built module (<name>/<name>.so); a text stand-in here, so
-            # the roles' "warm = compiled modules present" check sees the real layout
-            with open(os.path.join(ops, "test_engine_fused_moe_sm120.so"), "w") as f:
-                f.write(_NOTE)
+            # FlashInfer's built module is cached_ops/<module>/<module>.so, and that file is
+            # what the roles count as "warm" (docs/flashinfer-cache.md). This one is a text
+            # placeholder with the same name: nothing here loads it.
+            with open(os.path.join(ops, f"{module}.so"), "w") as f:
+                f.write("placeholder, not a shared object. " + _NOTE)
             tune = os.path.join(self.arch_dir, "autotune")
             os.makedirs(tune, exist_ok=True)
             with open(os.path.join(tune, "test-engine-autotune.json"), "w") as f:

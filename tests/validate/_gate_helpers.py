@@ -1,0 +1,53 @@
+"""Helpers: gate configs derived from validate/configs/test-engine.yml, and running the CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from validate.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_ENGINE_YML = REPO / "validate" / "configs" / "test-engine.yml"
+
+# Phase switches for fast tests: each test turns on only what it needs.
+ONLY_READINESS = {
+    "single_stream": {"enabled": False},
+    "throughput": {"enabled": False},
+    "stability": {"enabled": False},
+}
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def write_config(tmp: Path, overrides: dict[str, Any] | None = None, name: str = "gate.yml") -> Path:
+    data = yaml.safe_load(TEST_ENGINE_YML.read_text())
+    path = tmp / name
+    path.write_text(yaml.safe_dump(merge(data, overrides or {})))
+    return path
+
+
+def run_gate(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """Run the real CLI in-process; returns (exit code, stdout, stderr)."""
+    code = main(list(args))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def load_report(report_dir: Path) -> dict[str, Any]:
+    return json.loads((report_dir / "report.json").read_text())
+
+
+def check(report: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [c for c in report["checks"] if c["name"] == name]
+    assert found, f"no check {name!r}; checks: {[c['name'] for c in report['checks']]}"
+    return found[0]

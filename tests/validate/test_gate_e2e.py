@@ -1,0 +1,418 @@
+"""The real gate CLI against the test engine over loopback HTTP, healthy and in every fault mode.
+
+Each test prints the gate's verdict and the failing check's message (``pytest -s``
+shows them), so the suite doubles as a catalogue of what an operator would read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from _gate_helpers import ONLY_READINESS, REPO, check, load_report, merge, run_gate, write_config
+
+
+def _gate(capsys, engine, cfg, report, *extra):
+    code, out, err = run_gate(
+        capsys,
+        "gate",
+        "--url",
+        engine.url,
+        "--config",
+        str(cfg),
+        "--report",
+        str(report),
+        "--log",
+        str(engine.log),
+        *extra,
+    )
+    assert "Traceback" not in out + err
+    rep = load_report(report)
+    failed = [c for c in rep["checks"] if not c["passed"]]
+    print(f"\nverdict={rep['verdict']} exit={code}; failed: " + "; ".join(c["message"] for c in failed))
+    return code, out, rep
+
+
+def test_healthy_engine_passes_end_to_end_via_module_cli(engine_factory, tmp_path):
+    eng = engine_factory("--tp-size", "8", "--disable-radix-cache", "--kv-cache-dtype", "fp8_e4m3")
+    patches = tmp_path / "patches.json"
+    patches.write_text(json.dumps({"schema_version": 1, "engine": "test-engine", "fixes": {}}))
+    report = tmp_path / "out"
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "validate",
+            "gate",
+            "--url",
+            eng.url,
+            "--config",
+            str(REPO / "validate/configs/test-engine.yml"),
+            "--report",
+            str(report),
+            "--log",
+            str(eng.log),
+            "--patch-record",
+            str(patches),
+            "--label",
+            "host=ci-1",
+            "--label",
+            "image=test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 60
+    rep = load_report(report)
+    assert rep["schema_version"] == 1 and rep["verdict"] == "pass" and rep["exit_code"] == 0
+    assert rep["engine"] == "test-engine" and "not from SGLang" in rep["engine_note"]
+    assert rep["labels"] == {"host": "ci-1", "image": "test"}
+    assert rep["patch_record"]["engine"] == "test-engine"
+    si = rep["server_info"]
+    assert si["tp_size"] == 8 and si["radix_cache"] == "off" and si["kv_cache_dtype"] == "fp8_e4m3"
+    names = {c["name"] for c in rep["checks"]}
+    assert {
+        "readiness",
+        "single_stream.decode_tok_s",
+        "throughput.total_tok_s",
+        "throughput.failed_requests",
+        "stability.concurrency_64",
+        "logs.crash_signatures",
+        "output.empty_or_nan",
+    } <= names
+    for c in rep["checks"]:
+        assert set(c) >= {"name", "passed", "measured", "required", "unit", "message"}
+    assert rep["phases"]["sampler_warmup"]["ok"] is True  # untimed sampled request before measuring
+    tp = rep["phases"]["throughput"]
+    assert tp["completed"] == 64 and tp["total_input"] == 64 * 256 and tp["total_output"] == 64 * 32
+    steps = rep["phases"]["stability"]["steps"]
+    assert [s["concurrency"] for s in steps] == [16, 32, 64]
+    assert steps[-1]["total_throughput"] > steps[0]["total_throughput"]  # the batching model shows its shape
+    summary = (report / "summary.md").read_text()
+    assert "PASS" in summary and "TEST ENGINE" in summary and "| stability.concurrency_64 |" in summary
+    assert (report / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "[gate] waiting" in proc.stdout or "[gate] ready after" in proc.stdout
+    assert "PASS" in proc.stdout
+
+
+def test_crash_inside_sweep_names_the_step(engine_factory, tmp_path, capsys):
+    eng = engine_factory("--engine-fault", "crash_above:40")
+    cfg = write_config(tmp_path, {"single_stream": {"enabled": False}, "throughput": {"num_prompts": 32}})
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    assert code == 1 and rep["verdict"] == "fail"
+    assert check(rep, "stability.concurrency_16")["passed"] and check(rep, "stability.concurrency_32")["passed"]
+    c = check(rep, "stability.concurrency_64")
+    assert not c["passed"] and "step 3/3 (concurrency 64)" in c["message"] and "died or wedged" in c["message"]
+    logs = check(rep, "logs.crash_signatures")
+    assert not logs["passed"] and "page_table_1_flattened" in logs["message"]
+    assert rep["phases"]["logs"]["first_match"]["signature"] == "page_table_1_flattened"
+
+
+def test_hang_times_out_within_the_deadline(engine_factory, tmp_path, capsys):
+    eng = engine_factory("--engine-fault", "hang_above:20")
+    cfg = write_config(
+        tmp_path,
+        {
+            "single_stream": {"enabled": False},
+            "throughput": {"enabled": False},
+            "stability": {"concurrency": [16, 32, 64], "step_timeout_s": 3, "health_timeout_s": 2},
+        },
+    )
+    t0 = time.monotonic()
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    assert time.monotonic() - t0 < 3 + 2 + 10  # step deadline + health deadline + the healthy step
+    assert code == 1
+    c = check(rep, "stability.concurrency_32")
+    assert not c["passed"] and "step 2/3" in c["message"] and "no answer within 2s" in c["message"]
+    assert "3s step deadline hit" in c["message"]
+    assert rep["phases"]["stability"]["steps"][2]["skipped"] is True
+
+
+def test_hang_on_first_request_stops_the_remaining_phases(engine_factory, tmp_path, capsys):
+    eng = engine_factory("--engine-fault", "hang")
+    cfg = write_config(tmp_path, {"single_stream": {"timeout_s": 2}, "stability": {"health_timeout_s": 1}})
+    t0 = time.monotonic()
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    assert code == 1 and time.monotonic() - t0 < 10
+    # The untimed warm-up request is the first one: it gets no answer within 2 s, /health neither.
+    assert rep["phases"]["sampler_warmup"]["ok"] is False
+    c = check(rep, "sampler_warmup.server_healthy_after")
+    assert not c["passed"] and "no answer within 1s" in c["message"] and "died or is wedged" in c["message"]
+    assert any(s.startswith("single_stream: skipped") for s in rep["skipped"])
+    assert any(s.startswith("throughput: skipped") for s in rep["skipped"])
+
+
+def test_slow_single_stream_fails_the_floor_with_measured_vs_required(engine_factory, tmp_path, capsys):
+    eng = engine_factory("--engine-fault", "slow_single:8")
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"single_stream": {"enabled": True, "max_tokens": 12}}))
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    assert code == 1
+    c = check(rep, "single_stream.decode_tok_s")
+    assert not c["passed"] and c["required"] == 20 and 5 <= c["measured"] <= 9
+    assert "required at least 20" in c["message"] and "tok/s" in c["message"]
+
+
+def test_nan_output_fails_the_output_check(engine_factory, tmp_path, capsys):
+    eng = engine_factory("--engine-fault", "nan")
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 16}}))
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    assert code == 1
+    c = check(rep, "output.empty_or_nan")
+    assert not c["passed"] and c["measured"] >= 16 and "NaN happened" in c["message"]
+
+
+def test_error_rate_fails_the_failed_requests_check(engine_factory, tmp_path, capsys):
+    eng = engine_factory("--engine-fault", "error_rate:0.3")
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 32}}))
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    assert code == 1
+    c = check(rep, "throughput.failed_requests")
+    assert not c["passed"] and c["measured"] >= 1 and c["required"] == 0
+    assert "of 32 requests failed (allowed 0)" in c["message"] and "HTTP 500" in c["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "signature"),
+    [
+        ("oom", "oom"),
+        ("nccl", "nccl_error"),
+        ("cuda", "cuda_error"),
+        ("nan", "nan_in_decode"),
+        ("page_table", "page_table_1_flattened"),
+    ],
+)
+def test_log_signature_is_reported_with_the_matched_line(engine_factory, tmp_path, capsys, name, signature):
+    eng = engine_factory("--engine-fault", f"log_signature:{name}")
+    cfg = write_config(tmp_path, ONLY_READINESS)
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    assert code == 1
+    c = check(rep, "logs.crash_signatures")
+    first = rep["phases"]["logs"]["first_match"]
+    assert not c["passed"] and first["signature"] == signature
+    assert first["line"] in eng.log.read_text() and first["line"] in c["message"]
+    assert f"{eng.log}:{first['line_no']}" in c["message"]
+
+
+def test_readiness_deadline_against_a_dead_port(tmp_path, capsys):
+    from testengine.harness import free_port
+
+    cfg = write_config(tmp_path, {"readiness": {"timeout_s": 1.5, "interval_s": 0.5}})
+    t0 = time.monotonic()
+    code, out, _ = run_gate(
+        capsys,
+        "gate",
+        "--url",
+        f"http://127.0.0.1:{free_port()}",
+        "--config",
+        str(cfg),
+        "--report",
+        str(tmp_path / "r"),
+    )
+    assert code == 1 and time.monotonic() - t0 < 6
+    rep = load_report(tmp_path / "r")
+    assert "not ready within 1.5s (readiness.timeout_s)" in check(rep, "readiness")["message"]
+    assert "[gate] waiting for" in out
+    assert (tmp_path / "r" / "sweep.png").exists() and (tmp_path / "r" / "summary.md").exists()
+
+
+def test_baseline_written_on_pass_then_regression_fails(engine_factory, tmp_path, capsys):
+    eng = engine_factory()
+    cfg = write_config(
+        tmp_path,
+        {
+            "single_stream": {"max_tokens": 10},
+            "throughput": {"num_prompts": 16},
+            "stability": {"enabled": False},
+        },
+    )
+    baseline = tmp_path / "baseline.json"
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r1", "--baseline", str(baseline), "--update-baseline")
+    assert code == 0 and baseline.exists() and "no baseline yet" in rep["baseline"]["note"]
+    # Same server against its own baseline: within 95% tolerance on these fixed-speed runs.
+    stored = json.loads(baseline.read_text())
+    stored["key_metrics"] = {k: (v * 3 if v else v) for k, v in stored["key_metrics"].items()}
+    baseline.write_text(json.dumps(stored))
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r2", "--baseline", str(baseline), "--update-baseline")
+    assert code == 1 and rep["baseline"]["used"] is True
+    c = check(rep, "baseline.total_token_throughput")
+    assert not c["passed"] and "regression" in c["message"] and "vs baseline" in c["message"]
+    assert c["required"] == pytest.approx(stored["key_metrics"]["total_token_throughput"] * 0.95, rel=1e-3)
+    assert json.loads(baseline.read_text())["key_metrics"] == stored["key_metrics"]  # not overwritten on fail
+
+
+def test_baseline_from_another_engine_is_not_compared(engine_factory, tmp_path, capsys):
+    eng = engine_factory()
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 8}}))
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "verdict": "pass",
+                "engine": "sglang",
+                "key_metrics": {"total_token_throughput": 1e9},
+            }
+        )
+    )
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r", "--baseline", str(baseline))
+    assert code == 0 and rep["baseline"]["used"] is False and "not compared" in rep["baseline"]["note"]
+
+
+def test_baseline_of_another_workload_is_not_compared(engine_factory, tmp_path, capsys):
+    eng = engine_factory()
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 8}}))
+    baseline = tmp_path / "baseline.json"
+    code, _, _ = _gate(capsys, eng, cfg, tmp_path / "r1", "--baseline", str(baseline), "--update-baseline")
+    assert code == 0
+    stored = json.loads(baseline.read_text())
+    stored["config"]["throughput"]["num_prompts"] = 256
+    stored["key_metrics"]["total_token_throughput"] = 1e9
+    baseline.write_text(json.dumps(stored))
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r2", "--baseline", str(baseline))
+    assert code == 0 and rep["baseline"]["used"] is False
+    assert (
+        "different workload" in rep["baseline"]["note"]
+        and "throughput.num_prompts: 256 -> 8" in rep["baseline"]["note"]
+    )
+
+
+def test_api_key_from_env_works_and_is_never_written(engine_factory, tmp_path, capsys, monkeypatch):
+    secret = "sk-test-9f8e7d6c"
+    eng = engine_factory("--api-key", secret)
+    cfg = write_config(
+        tmp_path,
+        merge(
+            ONLY_READINESS,
+            {
+                "throughput": {"enabled": True, "num_prompts": 8},
+                "single_stream": {"enabled": True, "max_tokens": 5},
+            },
+        ),
+    )
+    monkeypatch.delenv("SGLANG_API_KEY", raising=False)
+    code, out, rep = _gate(capsys, eng, cfg, tmp_path / "nokey")
+    assert code == 1
+    c = check(rep, "throughput.failed_requests")
+    assert "HTTP 401" in c["message"] and "SGLANG_API_KEY" in c["message"]
+    monkeypatch.setenv("SGLANG_API_KEY", secret)
+    code, out, rep = _gate(capsys, eng, cfg, tmp_path / "key")
+    assert code == 0
+    for f in ("report.json", "summary.md"):
+        assert secret not in (tmp_path / "key" / f).read_text()
+    assert secret not in out
+    assert rep["phases"]["server_info_raw"]["api_key"] == "***redacted***"
+
+
+def test_wait_subcommand(engine_factory, capsys):
+    from validate.cli import main
+
+    eng = engine_factory("--engine-startup-delay-s", "1", wait=False)
+    assert main(["wait", "--url", eng.url, "--timeout", "20", "--interval", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "ready after" in out
+
+
+def test_wait_times_out(capsys):
+    from testengine.harness import free_port
+    from validate.cli import main
+
+    assert main(["wait", "--url", f"http://127.0.0.1:{free_port()}", "--timeout", "1", "--interval", "0.3"]) == 1
+    assert "not ready within 1s" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.environ.get("CI_SKIP_SLOW") == "1", reason="CI_SKIP_SLOW")
+def test_reference_config_fails_an_8_tok_s_single_stream(engine_factory, tmp_path, capsys):
+    """The reference gate's 30 tok/s floor catches the 8 tok/s reference run's defect."""
+    eng = engine_factory("--engine-fault", "slow_single:8")
+    import yaml
+
+    ref = yaml.safe_load((REPO / "validate/configs/reference.yml").read_text())
+    ref = merge(
+        ref,
+        {
+            **ONLY_READINESS,
+            "single_stream": {"enabled": True, "max_tokens": 10},
+            "readiness": {"timeout_s": 10, "interval_s": 1},
+        },
+    )
+    cfg = tmp_path / "ref.yml"
+    cfg.write_text(yaml.safe_dump(ref))
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    c = check(rep, "single_stream.decode_tok_s")
+    assert code == 1 and not c["passed"] and c["required"] == 30
+
+
+@pytest.mark.docker
+def test_docker_container_logs_are_fetched_and_scanned(engine_factory, tmp_path, capsys):
+    import shutil
+    import uuid
+
+    if not shutil.which("docker"):
+        pytest.skip("no docker CLI")
+    name = f"gate-logtest-{uuid.uuid4().hex[:8]}"
+    line = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    run = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "local/debian:bookworm",
+            "sh",
+            "-c",
+            f"echo starting; echo '{line}' >&2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    try:
+        if run.returncode != 0:
+            pytest.skip(f"cannot run a container here: {run.stderr.strip()[:200]}")
+        eng = engine_factory()
+        cfg = write_config(tmp_path, ONLY_READINESS)
+        code, _, _ = run_gate(
+            capsys,
+            "gate",
+            "--url",
+            eng.url,
+            "--config",
+            str(cfg),
+            "--report",
+            str(tmp_path / "r"),
+            "--log",
+            f"docker:{name}",
+        )
+        rep = load_report(tmp_path / "r")
+        c = check(rep, "logs.crash_signatures")
+        assert code == 1 and not c["passed"] and line in c["message"]
+        assert (tmp_path / "r" / f"container-{name}.log").read_text().count(line) == 1
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
+
+
+def test_docker_log_without_name_is_usage_error(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    code, _, err = run_gate(
+        capsys,
+        "gate",
+        "--url",
+        "http://127.0.0.1:9",
+        "--config",
+        str(cfg),
+        "--report",
+        str(tmp_path / "r"),
+        "--log",
+        "docker:",
+    )
+    assert code == 2 and "docker:NAME needs a container name" in err

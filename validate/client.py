@@ -1,0 +1,297 @@
+"""HTTP client of the gate: one shared aiohttp session, streamed requests, SSE parsing.
+
+Why it looks like this (FIELD-NOTES pitfalls): one session for the whole run (a new
+session per request, as bench_serving does, costs a TCP connect per request at the
+burst start), ``read_bufsize`` raised to 10 MB like bench_serving (the 64 KB default
+stalls long streams), no total timeout on the session (each phase has its own
+deadline), and SSE events read in whole buffers (``iter_any``) rather than one
+``await`` per line, so the client stays far below the server's speed.
+
+Workload path: the throughput and sweep phases use SGLang's native ``/generate``
+with ``input_ids`` (what bench_serving's ``sglang`` backend sends), so the server
+sees exactly ``input_len`` tokens without a tokenizer, with ``ignore_eos`` so it
+generates exactly ``output_len``; the single-stream check uses
+``/v1/chat/completions`` with the prompt text and reads ``reasoning_content`` and
+``content`` deltas (GLM-5 streams its thinking as reasoning_content).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from .metrics import RequestResult
+
+READ_BUFSIZE = 10 * 1024**2
+API_KEY_ENV = "SGLANG_API_KEY"
+_DONE = b"[DONE]"
+_JSON = {"Content-Type": "application/json"}
+
+
+def auth_headers() -> dict[str, str]:
+    """``Authorization: Bearer`` from SGLANG_API_KEY; the key is never logged or stored."""
+    key = os.environ.get(API_KEY_ENV, "")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def make_session(connect_timeout_s: float = 30.0) -> aiohttp.ClientSession:
+    """The run's single session: unlimited pool, no total timeout, big read buffer."""
+    # keepalive 4 s: below uvicorn's 5 s default, so the client drops an idle connection
+    # before SGLang's server does (reusing one the server just closed fails a request).
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        read_bufsize=READ_BUFSIZE,
+        headers=auth_headers(),
+        cookie_jar=aiohttp.DummyCookieJar(),  # no cookies to keep: skip the per-request jar work
+    )
+
+
+def _short(exc: BaseException) -> str:
+    """One line for a network error, saying in words what it usually means."""
+    text = str(exc) or exc.__class__.__name__
+    hint = ""
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        hint = "server closed the stream mid-response: "
+    elif isinstance(exc, aiohttp.ServerDisconnectedError):
+        hint = "server disconnected: "
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        hint = "cannot connect: "
+    return f"{hint}{exc.__class__.__name__}: {text}"[:300]
+
+
+async def _http_error(resp: aiohttp.ClientResponse) -> str:
+    try:
+        body = (await resp.text())[:300]
+    except (aiohttp.ClientError, UnicodeDecodeError):
+        body = ""
+    hint = " (check SGLANG_API_KEY)" if resp.status == 401 else ""
+    return f"HTTP {resp.status} {resp.reason or ''}{hint}: {body}".strip()
+
+
+def _has_text(payload: bytes) -> bool:
+    """Cheap pre-check of a /generate event: does it carry non-empty text?"""
+    return b'"text":""' not in payload and b'"text": ""' not in payload
+
+
+async def _events(resp: aiohttp.ClientResponse) -> Any:
+    """Yield (arrival time, list of SSE data payloads) per network read."""
+    buf = b""
+    async for data in resp.content.iter_any():
+        now = time.perf_counter()
+        buf += data
+        if b"\n\n" not in buf:
+            continue
+        *events, buf = buf.split(b"\n\n")
+        payloads = []
+        for ev in events:
+            ev = ev.strip()
+            if ev.startswith(b"data:"):
+                payloads.append(ev[5:].lstrip())
+        yield now, payloads
+    if buf.strip().startswith(b"data:"):
+        yield time.perf_counter(), [buf.strip()[5:].lstrip()]
+
+
+def generate_body(input_ids: list[int], output_len: int) -> bytes:
+    """The /generate request bench_serving's sglang backend sends, JSON-encoded once up front."""
+    payload = {
+        "input_ids": input_ids,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True},
+        "stream": True,
+    }
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+async def _post_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    out: RequestResult,
+    handle: Callable[[float, list[bytes]], str | None],
+) -> bool:
+    """POST ``body`` and feed each read's SSE payloads ([DONE] removed) to ``handle``.
+
+    The one place that times a request and decides failure: sets ``out.start_time``,
+    ``out.latency`` (send to the last read, [DONE] included) and ``out.error``. Returns
+    True only when the stream ended with ``data: [DONE]`` and ``handle`` reported no
+    error (``handle`` returns an error text to stop). Stricter than bench_serving, so a
+    crashing server cannot pass: a stream cut short before [DONE], or one carrying an
+    error object, fails (bench_serving counts both as successes).
+    """
+    st = time.perf_counter()
+    out.start_time = st
+    done = False
+    try:
+        async with session.post(url, data=body, headers=_JSON) as resp:
+            if resp.status != 200:
+                out.error = await _http_error(resp)
+                return False
+            async for now, payloads in _events(resp):
+                if _DONE in payloads:
+                    done = True
+                    payloads = [p for p in payloads if p != _DONE]
+                error = handle(now, payloads)
+                if error:
+                    out.error = error
+                    return False
+                out.latency = now - st
+    except asyncio.CancelledError:
+        raise
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        out.error = _short(exc)
+        return False
+    if not done:
+        out.error = "stream ended without data: [DONE] (server closed the connection?)"
+        return False
+    return True
+
+
+async def generate_stream(
+    session: aiohttp.ClientSession, url: str, body: bytes, prompt_len: int, output_len: int
+) -> RequestResult:
+    """One streamed ``/generate`` request (``body`` from :func:`generate_body`), timed as
+    bench_serving's sglang backend times it: TTFT at the first chunk with text, then per
+    chunk n = new completion_tokens gaps of (chunk gap / n)."""
+    out = RequestResult(prompt_len=prompt_len)
+    output_len_seen = output_len
+    last_len = 0
+    recent = 0.0
+
+    def handle(now: float, payloads: list[bytes]) -> str | None:
+        nonlocal output_len_seen, last_len, recent
+        # Until the first token every event is read (the first non-empty text sets
+        # TTFT). After it only the newest event of each read is parsed:
+        # completion_tokens is cumulative and events that came in one read share
+        # its arrival time, so the token count and the time gap are the same as
+        # event-by-event parsing gives; this is what keeps the client cheap.
+        todo = payloads[-1:]
+        if out.ttft == 0.0:
+            first = next((i for i, p in enumerate(payloads) if _has_text(p)), len(payloads) - 1)
+            todo = payloads[first : first + 1] + payloads[first + 1 :][-1:]
+        for p in todo:
+            d = json.loads(p)
+            if "error" in d:
+                return f"server error in stream: {str(d['error'])[:300]}"
+            meta = d.get("meta_info") or {}
+            if meta.get("finish_reason"):
+                out.finish_reason = meta["finish_reason"]
+            if d.get("text"):
+                out.text_chars = len(d["text"])
+                output_len_seen = meta.get("completion_tokens", output_len_seen)
+                if out.ttft == 0.0:
+                    out.ttft = now - out.start_time
+                else:
+                    n = output_len_seen - last_len
+                    if n == 0:
+                        continue
+                    gap = (now - recent) / n
+                    out.itl.extend([gap] * n)
+                recent = now
+                last_len = output_len_seen
+            elif meta.get("completion_tokens") is not None and meta.get("finish_reason"):
+                output_len_seen = meta["completion_tokens"]
+        return None
+
+    if await _post_stream(session, url, body, out, handle):
+        out.success = True
+        out.output_len = output_len_seen
+    return out
+
+
+async def chat_stream(
+    session: aiohttp.ClientSession, url: str, model: str, prompt: str, max_tokens: int
+) -> RequestResult:
+    """One streamed ``/v1/chat/completions`` request; tokens from usage, else non-empty chunks.
+
+    ``reasoning_content`` deltas count like ``content`` (GLM-5 streams its thinking there).
+    """
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    out = RequestResult(prompt_len=0)
+    chunks = 0
+    usage_tokens: int | None = None
+    recent = 0.0
+
+    def handle(now: float, payloads: list[bytes]) -> str | None:
+        nonlocal chunks, usage_tokens, recent
+        for p in payloads:
+            d = json.loads(p)
+            if d.get("object") == "error" or "error" in d:
+                return f"server error in stream: {str(d.get('message') or d.get('error'))[:300]}"
+            usage = d.get("usage")
+            if usage:
+                usage_tokens = usage.get("completion_tokens", usage_tokens)
+                out.prompt_len = usage.get("prompt_tokens", 0) or 0
+            for ch in d.get("choices") or []:
+                delta = ch.get("delta") or {}
+                piece = (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+                if ch.get("finish_reason"):
+                    out.finish_reason = {"type": ch["finish_reason"], "matched": ch.get("matched_stop")}
+                if piece:
+                    out.text_chars += len(piece)
+                    chunks += 1
+                    if out.ttft == 0.0:
+                        out.ttft = now - out.start_time
+                    else:
+                        out.itl.append(now - recent)
+                    recent = now
+        return None
+
+    if await _post_stream(session, url, json.dumps(payload).encode(), out, handle):
+        out.success = True
+        out.output_len = usage_tokens if usage_tokens is not None else chunks
+    return out
+
+
+async def prewarm(session: aiohttp.ClientSession, url: str, n: int, timeout_s: float = 10.0) -> int:
+    """Open ``n`` keep-alive connections with cheap concurrent GETs; returns how many answered 200.
+
+    With request_rate = inf the burst should reach the server at once; without this,
+    each of the first wave's requests also pays a TCP connect inside the single client
+    thread, which spreads the burst out (and adds the connect to TTFT).
+    """
+    results = await asyncio.gather(*(probe(session, url, timeout_s) for _ in range(n)))
+    return sum(1 for st, _ in results if st == 200)
+
+
+async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float) -> tuple[int | None, Any, str]:
+    """GET a JSON document: (status or None, body or None, error text)."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                return resp.status, None, await _http_error(resp)
+            try:
+                return resp.status, await resp.json(content_type=None), ""
+            except ValueError as exc:
+                return resp.status, None, f"not JSON: {exc}"
+    except TimeoutError:
+        return None, None, f"no answer within {timeout_s:g}s"
+    except (aiohttp.ClientError, OSError) as exc:
+        return None, None, _short(exc)
+
+
+async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> tuple[int | None, str]:
+    """GET a health URL: (status or None, error text); never raises for network trouble."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            await resp.read()
+            return resp.status, "" if resp.status == 200 else f"HTTP {resp.status}"
+    except TimeoutError:
+        return None, f"no answer within {timeout_s:g}s"
+    except (aiohttp.ClientError, OSError) as exc:
+        return None, _short(exc)

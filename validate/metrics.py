@@ -1,0 +1,194 @@
+"""Benchmark metric math, defined as ``sglang.bench_serving`` defines it (0.5.23).
+
+Source read: ``sglang/benchmark/serving.py`` (``calculate_metrics``,
+``async_request_sglang_generate``). Definitions, per successful request:
+
+* TTFT: time from sending the request to the first chunk with non-empty text.
+* ITL: for each later chunk carrying n new tokens (server-reported
+  ``completion_tokens`` delta), n gaps of (chunk gap / n).
+* TPOT: (E2E - TTFT) / (output_len - 1), only for output_len > 1.
+* E2E latency: time from sending to the last chunk (``[DONE]``).
+* output_len: the server-reported completion tokens, else the requested length.
+* Throughputs: totals over *successful* requests divided by the wall duration of
+  the run (first send to last completion, warmup excluded).
+* concurrency: sum of E2E latencies / duration.
+* Peak output throughput: max over 1-second buckets (from the first start) of
+  token timestamps (first token at TTFT, then cumulative ITLs).
+* Peak concurrent requests: max over 1-second buckets of requests whose
+  [start second, end second] range covers the bucket.
+* Percentiles: numpy linear interpolation (``np.percentile``), as bench_serving.
+
+Where this differs, and why: bench_serving also reports "retokenized" output
+counts (it needs the model's tokenizer; the gate has none in CI) - omitted. When
+nothing succeeded, bench_serving still computes E2E stats over an empty list
+(numpy warnings, NaN); here they are reported as 0 and the failed count says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class RequestResult:
+    """What the client saw for one request (times from ``time.perf_counter``)."""
+
+    success: bool = False
+    prompt_len: int = 0
+    output_len: int = 0
+    start_time: float = 0.0
+    latency: float = 0.0
+    ttft: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    error: str = ""
+    text_chars: int = 0
+    finish_reason: dict[str, Any] | None = None
+
+    @property
+    def nan_output(self) -> bool:
+        """A broken decode: SGLang's NaN detector, or a success without any text."""
+        fr = self.finish_reason or {}
+        return self.success and (fr.get("matched") == "NaN happened" or self.text_chars == 0)
+
+
+@dataclass
+class BenchMetrics:
+    """bench_serving's BenchmarkMetrics fields that the gate reports (ms for latencies)."""
+
+    completed: int
+    failed: int
+    empty_or_nan_outputs: int
+    duration_s: float
+    total_input: int
+    total_output: int
+    request_throughput: float
+    input_throughput: float
+    output_throughput: float
+    total_throughput: float
+    max_output_tokens_per_s: float
+    max_concurrent_requests: int
+    concurrency: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_itl_ms: float
+    median_itl_ms: float
+    p99_itl_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+    mean_e2e_latency_ms: float
+    median_e2e_latency_ms: float
+    p99_e2e_latency_ms: float
+    first_error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _stat(values: list[float], kind: str) -> float:
+    """mean/median/p99 in ms; 0 for an empty list (bench_serving: ``np.mean(x or 0)``)."""
+    arr = values or [0.0]
+    if kind == "mean":
+        v = float(np.mean(arr))
+    elif kind == "median":
+        v = float(np.median(arr))
+    else:
+        v = float(np.percentile(arr, 99))
+    return v * 1000.0
+
+
+def peak_buckets(results: list[RequestResult]) -> tuple[float, int]:
+    """Peak output tokens/s and peak concurrent requests in 1-second buckets (bench_serving)."""
+    ok = [r for r in results if r.success]
+    if not ok:
+        return 0.0, 0
+    t0 = min(r.start_time for r in ok)
+    t_end = max(r.start_time + r.latency for r in ok)
+    n = math.ceil(t_end - t0) + 1
+    tokens = np.zeros(n)
+    conc = np.zeros(n)
+    for r in ok:
+        times = [r.start_time + r.ttft]
+        cur = times[0]
+        for gap in r.itl:
+            cur += gap
+            times.append(cur)
+        for t in times:
+            b = int(t - t0)
+            if 0 <= b < n:
+                tokens[b] += 1
+        s = int(r.start_time - t0)
+        e = int(r.start_time + r.latency - t0)
+        for sec in range(s, min(e + 1, n)):
+            conc[sec] += 1
+    return float(tokens.max()), int(conc.max())
+
+
+def compute_metrics(results: list[RequestResult], duration_s: float) -> BenchMetrics:
+    """Aggregate per-request results exactly as bench_serving's calculate_metrics does."""
+    ttfts: list[float] = []
+    itls: list[float] = []
+    tpots: list[float] = []
+    e2es: list[float] = []
+    total_in = total_out = completed = 0
+    for r in results:
+        if not r.success:
+            continue
+        completed += 1
+        total_in += r.prompt_len
+        total_out += r.output_len
+        if r.output_len > 1:
+            tpots.append((r.latency - r.ttft) / (r.output_len - 1))
+        itls.extend(r.itl)
+        ttfts.append(r.ttft)
+        e2es.append(r.latency)
+    dur = duration_s if duration_s > 0 else float("inf")
+    peak_tok, peak_conc = peak_buckets(results)
+    failed = [r for r in results if not r.success]
+    return BenchMetrics(
+        completed=completed,
+        failed=len(failed),
+        empty_or_nan_outputs=sum(1 for r in results if r.nan_output),
+        duration_s=duration_s,
+        total_input=total_in,
+        total_output=total_out,
+        request_throughput=completed / dur,
+        input_throughput=total_in / dur,
+        output_throughput=total_out / dur,
+        total_throughput=(total_in + total_out) / dur,
+        max_output_tokens_per_s=peak_tok,
+        max_concurrent_requests=peak_conc,
+        concurrency=sum(e2es) / dur,
+        mean_ttft_ms=_stat(ttfts, "mean"),
+        median_ttft_ms=_stat(ttfts, "median"),
+        p99_ttft_ms=_stat(ttfts, "p99"),
+        mean_itl_ms=_stat(itls, "mean"),
+        median_itl_ms=_stat(itls, "median"),
+        p99_itl_ms=_stat(itls, "p99"),
+        mean_tpot_ms=_stat(tpots, "mean"),
+        median_tpot_ms=_stat(tpots, "median"),
+        p99_tpot_ms=_stat(tpots, "p99"),
+        mean_e2e_latency_ms=_stat(e2es, "mean"),
+        median_e2e_latency_ms=_stat(e2es, "median"),
+        p99_e2e_latency_ms=_stat(e2es, "p99"),
+        first_error=failed[0].error[:500] if failed else "",
+    )
+
+
+METRIC_DEFINITIONS = {
+    "source": "sglang.bench_serving (sglang/benchmark/serving.py, 0.5.23), see validate/metrics.py",
+    "ttft": "send -> first chunk with non-empty text (includes time queued in the client)",
+    "itl": "gap between chunks, split evenly over the chunk's new tokens (server completion_tokens delta)",
+    "tpot": "(e2e - ttft) / (output_len - 1), requests with output_len > 1",
+    "e2e": "send -> [DONE]",
+    "throughput": "tokens of successful requests / wall duration of the phase (warmup excluded)",
+    "peak_output_tok_s": "max 1-second bucket of token arrival times",
+    "peak_concurrency": "max 1-second bucket of requests in flight",
+    "concurrency": "sum(e2e) / duration",
+    "single_stream_decode_tok_s": "(completion_tokens - 1) / (e2e - ttft), i.e. 1 / TPOT",
+}
