@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from roles_testlib import REPO, ansible_playbook, docker_json, docker_ok
-from test_roles_local_rollout import RELEASE_A, _free_port
+from test_roles_local_rollout import RELEASE_A
+
+from testengine.harness import free_port
 
 pytestmark = [
     pytest.mark.docker,
@@ -41,7 +43,7 @@ def test_failed_canary_stops_the_rollout_and_the_summary_says_so(tmp_path: Path)
             **common,
             "sglang_server_container_name": f"sglang-fleettest-{n}-{uid}",
             "sglang_image_probe_container_name": f"sglang-fleettest-{n}-{uid}-probe",
-            "sglang_server_port": _free_port(),
+            "sglang_server_port": free_port(),
             "sglang_server_state_dir": str(tmp_path / f"state{n}"),
             "flashinfer_cache_volume_prefix": f"fi-fleettest-{n}-{uid}",
             "sglang_test_engine_env": {**fault, "TEST_ENGINE_COLD_START_S": "1"},

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -26,6 +25,8 @@ from typing import Any
 
 import pytest
 from roles_testlib import REPO, Run, ansible_playbook, docker_json, docker_ok
+
+from testengine.harness import free_port
 
 RELEASE_A = "local/sglang-test-engine:release-a"
 RELEASE_B = "local/sglang-test-engine:release-b"
@@ -48,12 +49,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(bool(_missing()), reason=_missing() or "ready"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -108,7 +103,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     e = Env(
         tmp=tmp,
         name=f"sglang-rolestest-{uid}",
-        port=_free_port(),
+        port=free_port(),
         prefix=f"fi-rolestest-{uid}",
         tag=f"local/sglang-test-engine:rolestest-{uid}",
         archive=tmp / "archive",
