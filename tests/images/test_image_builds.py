@@ -29,8 +29,15 @@ def build(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def read_in_image(client, tag: str, script: str, user: str | None = None) -> str:
-    out = client.containers.run(tag, entrypoint=["python3", "-c"], command=[script], remove=True, user=user)
-    return out.decode()
+    # not run(remove=True): that leaves the image's VOLUME behind as an anonymous volume
+    container = client.containers.run(tag, entrypoint=["python3", "-c"], command=[script], detach=True, user=user)
+    try:
+        result = container.wait(timeout=120)
+        out = container.logs(stdout=True, stderr=False).decode()
+        assert result["StatusCode"] == 0, container.logs().decode()
+        return out
+    finally:
+        container.remove(v=True, force=True)
 
 
 def record_of(client, tag: str) -> dict:
@@ -172,4 +179,4 @@ def test_test_engine_container_turns_healthy(test_engine_images, docker_client):
             time.sleep(2)
         assert status == "healthy", container.logs(tail=30).decode()
     finally:
-        container.remove(force=True)
+        container.remove(v=True, force=True)
