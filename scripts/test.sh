@@ -42,8 +42,8 @@ run_pytest() {
 
 run_molecule() {
   bash molecule/resources/build-instance.sh
-  for scenario in $(ls molecule | grep -v '^resources$'); do
-    [ -f "molecule/$scenario/molecule.yml" ] || continue
+  for config in molecule/*/molecule.yml; do
+    scenario=$(basename "$(dirname "$config")")
     banner "molecule test -s $scenario"
     molecule test -s "$scenario"
   done
