@@ -41,6 +41,7 @@ _VALUE_FLAGS: list[tuple[str, type, Any]] = [
     ("--decode-attention-backend", str, None),
     ("--moe-runner-backend", str, "auto"),
     ("--max-running-requests", int, None),
+    ("--max-queued-requests", int, None),
     ("--max-total-tokens", int, None),
     ("--context-length", int, None),
     ("--chunked-prefill-size", int, None),

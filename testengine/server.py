@@ -165,6 +165,18 @@ class EngineServer:
             )
         return None
 
+    def _queue_full(self) -> bool:
+        """SGLang's --max-queued-requests: past it a new request is aborted, not queued."""
+        limit = self.config.server_args.get("max_queued_requests")
+        return limit is not None and self.scheduler is not None and len(self.scheduler.waiting) >= limit
+
+    async def _stream_bytes(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await resp.write(body)
+        await resp.write_eof()
+        return resp
+
     # ----- info routes -----
     async def health(self, request: web.Request) -> web.Response:
         if self.scheduler is None or self.scheduler.hung:
@@ -371,6 +383,8 @@ class EngineServer:
         err = await self._admit_user_request()
         if err is not None:
             return err
+        if stream and self._queue_full():
+            return await self._stream_bytes(request, _generate_abort(body.get("rid") or uuid.uuid4().hex))
         weight_version = self.config.server_args.get("weight_version", "default")
 
         def obj(req: GenRequest, n: int) -> dict[str, Any]:
@@ -426,6 +440,8 @@ class EngineServer:
         err = await self._admit_user_request()
         if err is not None:
             return err
+        if stream and self._queue_full():
+            return await self._stream_bytes(request, _chat_queue_full(model))
         created = int(time.time())
 
         def build(req: GenRequest) -> _Shape:
@@ -487,6 +503,8 @@ class EngineServer:
         err = await self._admit_user_request()
         if err is not None:
             return err
+        if stream and self._queue_full():
+            return await self._stream_bytes(request, _chat_queue_full(model))
         created = int(time.time())
         # With a reasoning parser (GLM-5: glm45) the first tokens stream as reasoning_content.
         n_reason = min(8, max_new // 4) if self.config.server_args.get("reasoning_parser") else 0
@@ -566,6 +584,47 @@ class _Shape:
 
 
 _DONE = b"data: [DONE]\n\n"
+
+# What SGLang 0.5.17 streamed (HTTP 200) when its request queue was full, field for field
+# (tests/fixtures/sglang-0.5.17-h200/overflow_*.sse, recorded on an H200).
+_QUEUE_FULL = {"type": "abort", "status_code": 503, "message": "The request queue is full."}
+
+
+def _generate_abort(rid: str) -> bytes:
+    meta = {
+        "id": rid,
+        "finish_reason": _QUEUE_FULL,
+        "weight_version": "default",
+        "e2e_latency": 0.001,
+        "completion_tokens": 0,
+        "response_sent_to_client_ts": time.time(),
+    }
+    return _sse({"text": "", "output_ids": [], "meta_info": meta}) + _DONE
+
+
+def _chat_queue_full(model: str) -> bytes:
+    error = {
+        "object": "error",
+        "message": _QUEUE_FULL["message"],
+        "type": "SERVICE_UNAVAILABLE",
+        "param": None,
+        "code": 503,
+    }
+    usage_chunk = {
+        "id": uuid.uuid4().hex,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 0,
+            "total_tokens": 0,
+            "completion_tokens": 0,
+            "prompt_tokens_details": None,
+            "reasoning_tokens": 0,
+        },
+    }
+    return _sse({"error": error}) + _sse(usage_chunk) + _DONE
 
 
 def _sse(obj: dict[str, Any]) -> bytes:

@@ -1,4 +1,8 @@
-"""Command line: ``python -m validate gate ...`` and ``python -m validate wait ...``.
+"""Command line: ``python -m validate gate|finalize|wait ...``.
+
+``gate`` measures and judges a server; ``finalize`` adds the server's log of the gate
+window to a finished report (the rollout fetches it from the host after the gate) and
+judges again; ``wait`` is readiness alone.
 
 Exit codes: 0 pass (or ready), 1 gate failed (or not ready in time), 2 bad config or
 usage (the message names the field or flag). Bad input never shows a traceback.
@@ -17,7 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .config import ConfigError, GateConfig, ReadinessConfig, load_config
+from . import baseline as baseline_store
+from .config import ConfigError, GateConfig, ReadinessConfig, load_config, parse_config
+from .files import LockTimeout
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -31,10 +37,13 @@ def _url(raw: str) -> str:
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"--url: must look like http://HOST:PORT (got {raw!r})")
+    if parts.query or parts.fragment or any(ch.isspace() for ch in raw):
+        raise ConfigError(f"--url: must be a plain http://HOST:PORT with no query, fragment or spaces (got {raw!r})")
     if parts.username or parts.password:
         raise ConfigError("--url: must not carry credentials; put the API key in SGLANG_API_KEY")
     try:
-        parts.port  # noqa: B018  (raises on a bad port)
+        if parts.port == 0:
+            raise ValueError("port 0")
     except ValueError:
         raise ConfigError(f"--url: bad port in {raw!r}") from None
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
@@ -63,9 +72,45 @@ def _json_file(path: str, what: str, flag: str) -> dict[str, Any]:
     return data
 
 
+def _patch_record(path: str) -> dict[str, Any]:
+    """The image's /etc/sglang-deploy/patches.json: an object whose ``fixes`` map names to ``{status}``."""
+    data = _json_file(path, "patch record", "--patch-record")
+    fixes = data.get("fixes", {})
+    if not isinstance(fixes, dict):
+        raise ConfigError(f"--patch-record: {path}: fixes: must be an object of fix name -> {{status: ...}}")
+    for name, fix in fixes.items():
+        if not isinstance(fix, dict) or not isinstance(fix.get("status"), str):
+            raise ConfigError(f"--patch-record: {path}: fixes.{name}.status: must be a string (got {fix!r})"[:300])
+    return data
+
+
+def _check_baseline(path: str | None) -> None:
+    """A baseline file that exists must be usable now (exit 2); it is read again after the load."""
+    if path and Path(path).exists():
+        try:
+            baseline_store.load(path)
+        except baseline_store.BaselineError as exc:
+            raise ConfigError(f"--baseline: {exc}") from None
+
+
+def _add_baseline_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", help="the host group's baseline file (compared when it exists)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--update-baseline",
+        action="store_true",
+        help="on pass, write this report as the group's reference if the group has none yet (first passing gate)",
+    )
+    g.add_argument(
+        "--promote-baseline",
+        action="store_true",
+        help="on pass, make this report the group's reference (the old one moves to its history)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validate", description="Post-deploy gate for SGLang servers.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{gate,wait}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{gate,finalize,wait}")
     g = sub.add_parser("gate", help="measure the server and pass/fail it against gate.yml")
     g.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     g.add_argument("--config", required=True, help="gate config YAML (see validate/README.md)")
@@ -75,17 +120,40 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FILE",
-        help="server log to scan: a file, or docker:CONTAINER for its docker logs (repeatable)",
+        help="server log to scan: a file, or docker:CONTAINER (its docker logs since the gate started; repeatable)",
     )
-    g.add_argument("--baseline", help="last passing report.json of this host group")
-    g.add_argument("--update-baseline", action="store_true", help="on pass, write this report to --baseline")
+    _add_baseline_flags(g)
     g.add_argument("--patch-record", help="the image's patches.json, copied into the report")
     g.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="free label (repeatable)")
+    f = sub.add_parser(
+        "finalize", help="add the server's log of the gate window to a finished report and judge it again"
+    )
+    f.add_argument("--report", required=True, help="the gate's report folder (holds report.json)")
+    f.add_argument("--log", action="append", default=[], metavar="FILE", help="log file or docker:CONTAINER")
+    _add_baseline_flags(f)
     w = sub.add_parser("wait", help="wait until /health and /health_generate answer 200")
     w.add_argument("--url", required=True)
     w.add_argument("--timeout", type=float, default=900.0, help="seconds (default 900)")
     w.add_argument("--interval", type=float, default=5.0, help="seconds between progress lines (default 5)")
     return p
+
+
+def _check_logs(logs: list[str]) -> None:
+    for log in logs:
+        if log.startswith("docker:"):
+            if not log[len("docker:") :].strip():
+                raise ConfigError("--log: docker:NAME needs a container name (got 'docker:')")
+            if not shutil.which("docker"):
+                raise ConfigError(f"--log {log}: the docker CLI is not installed here")
+        elif not Path(log).is_file():
+            raise ConfigError(f"--log: file not found: {log} (or use docker:CONTAINER)")
+
+
+def _check_baseline_flags(args: argparse.Namespace) -> None:
+    if (args.update_baseline or args.promote_baseline) and not args.baseline:
+        flag = "--update-baseline" if args.update_baseline else "--promote-baseline"
+        raise ConfigError(f"{flag}: needs --baseline FILE (where to write it)")
+    _check_baseline(args.baseline)
 
 
 def _gate_options(args: argparse.Namespace) -> Any:
@@ -94,29 +162,9 @@ def _gate_options(args: argparse.Namespace) -> Any:
     url = _url(args.url)
     cfg = load_config(args.config)
     labels = _labels(args.label)
-    for log in args.log:
-        if log.startswith("docker:"):
-            if not log[len("docker:") :].strip():
-                raise ConfigError("--log: docker:NAME needs a container name (got 'docker:')")
-            if not shutil.which("docker"):
-                raise ConfigError(f"--log {log}: the docker CLI is not installed here")
-        elif not Path(log).is_file():
-            raise ConfigError(f"--log: file not found: {log} (or use docker:CONTAINER)")
-    patch = _json_file(args.patch_record, "patch record", "--patch-record") if args.patch_record else None
-    if args.update_baseline and not args.baseline:
-        raise ConfigError("--update-baseline: needs --baseline FILE (where to write it)")
-    baseline, note = None, ""
-    if args.baseline:
-        if Path(args.baseline).is_file():
-            baseline = _json_file(args.baseline, "baseline", "--baseline")
-            if baseline.get("verdict") != "pass":
-                verdict = baseline.get("verdict")
-                note = f"baseline {args.baseline} is not a passing report (verdict {verdict!r}): ignored"
-                baseline = None
-            else:
-                note = f"compared with {args.baseline} ({baseline.get('started_at', 'unknown time')})"
-        else:
-            note = f"no baseline yet at {args.baseline}: no regression check this run"
+    _check_logs(args.log)
+    patch = _patch_record(args.patch_record) if args.patch_record else None
+    _check_baseline_flags(args)
     try:
         Path(args.report).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -126,18 +174,44 @@ def _gate_options(args: argparse.Namespace) -> Any:
         config=cfg,
         config_path=args.config,
         logs=list(args.log),
-        baseline=baseline,
         baseline_path=args.baseline,
-        baseline_note=note,
         patch_record=patch,
         labels=labels,
         report_dir=args.report,
     )
 
 
+def _record_baseline(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """On pass, write the group's reference if asked (first passing gate, or --promote-baseline)."""
+    if not (args.update_baseline or args.promote_baseline):
+        return
+    try:
+        written, note = baseline_store.record(args.baseline, report, promote=args.promote_baseline)
+    except (OSError, LockTimeout) as exc:
+        written, note = False, f"baseline not written: {exc}"
+    report["baseline"]["updated"] = written
+    report["baseline"]["update_note"] = note
+    say(note)
+
+
+def _finish(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    from .report import write_all
+
+    code = EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+    report["exit_code"] = code
+    _record_baseline(args, report)
+    text = write_all(report, args.report)
+    print(text, flush=True)
+    where = Path(args.report) / "report.json"
+    if code == EXIT_PASS:
+        say(f"PASS ({len(report['checks'])} checks). Report: {where}")
+    else:
+        say(f"FAIL: {', '.join(report['failed_checks']) or 'no checks ran'}. Report: {where}")
+    return code
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from .gate import Gate
-    from .report import write_all, write_json_atomic
 
     opts = _gate_options(args)
     say(
@@ -145,53 +219,52 @@ def cmd_gate(args: argparse.Namespace) -> int:
         + (" (API key from SGLANG_API_KEY)" if os.environ.get("SGLANG_API_KEY") else "")
     )
     report = asyncio.run(Gate(opts, say).run())
-    code = EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
-    report["exit_code"] = code
-    if args.update_baseline:
-        if code == EXIT_PASS:
-            write_json_atomic(args.baseline, report)
-            report["baseline"]["updated"] = True
-            say(f"baseline updated: {args.baseline}")
-        else:
-            report["baseline"]["updated"] = False
-            say("baseline NOT updated: the gate failed")
-    text = write_all(report, args.report)
-    print(text, flush=True)
-    if code == EXIT_PASS:
-        say(f"PASS ({len(report['checks'])} checks). Report: {Path(args.report) / 'report.json'}")
-    else:
-        say(
-            f"FAIL: {', '.join(report['failed_checks']) or 'no checks ran'}. Report: "
-            f"{Path(args.report) / 'report.json'}"
-        )
-    return code
+    return _finish(args, report)
+
+
+def cmd_finalize(args: argparse.Namespace) -> int:
+    from .gate import rejudge_logs
+
+    report_file = Path(args.report) / "report.json"
+    report = _json_file(str(report_file), "report", "--report")
+    if not isinstance(report.get("checks"), list) or not isinstance(report.get("config"), dict):
+        raise ConfigError(f"--report: {report_file} is not a gate report (no checks/config)")
+    cfg = parse_config(report["config"], f"{report_file}: config")
+    _check_logs(args.log)
+    _check_baseline_flags(args)
+    report = rejudge_logs(report, cfg, list(args.log), args.report)
+    say(f"logs of the gate window: {report['checks'][-1]['message']}")
+    return _finish(args, report)
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
     from .client import make_session
-    from .gate import Gate, GateOptions
+    from .phases import Measurer
 
     url = _url(args.url)
-    if args.timeout <= 0 or args.interval <= 0:
-        raise ConfigError("--timeout/--interval: must be numbers > 0")
+    if not (0 < args.timeout < float("inf")) or not (0 < args.interval < float("inf")):
+        raise ConfigError("--timeout/--interval: must be finite numbers > 0")
     cfg = GateConfig(
         readiness=ReadinessConfig(
             timeout_s=args.timeout, interval_s=args.interval, request_timeout_s=min(30.0, args.timeout)
         )
     )
-    gate = Gate(GateOptions(url=url, config=cfg, config_path="(wait)"), say)
 
     async def run() -> bool:
         async with make_session() as session:
-            return await gate.readiness(session)
+            r = await Measurer(session, url, cfg, say).readiness()
+            if not r.ready:
+                say(f"not ready within {args.timeout:g}s; last: {r.last_error}")
+            return r.ready
 
     return EXIT_PASS if asyncio.run(run()) else EXIT_FAIL
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    commands = {"gate": cmd_gate, "finalize": cmd_finalize, "wait": cmd_wait}
     try:
-        return cmd_gate(args) if args.command == "gate" else cmd_wait(args)
+        return commands[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr, flush=True)
         return EXIT_USAGE

@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from .metrics import RequestResult
+from .sse import EventTooLarge, SSEDecoder
 
 READ_BUFSIZE = 10 * 1024**2
 API_KEY_ENV = "SGLANG_API_KEY"
@@ -82,23 +83,37 @@ def _has_text(payload: bytes) -> bool:
     return b'"text":""' not in payload and b'"text": ""' not in payload
 
 
-async def _events(resp: aiohttp.ClientResponse) -> Any:
-    """Yield (arrival time, list of SSE data payloads) per network read."""
-    buf = b""
-    async for data in resp.content.iter_any():
-        now = time.perf_counter()
-        buf += data
-        if b"\n\n" not in buf:
-            continue
-        *events, buf = buf.split(b"\n\n")
-        payloads = []
-        for ev in events:
-            ev = ev.strip()
-            if ev.startswith(b"data:"):
-                payloads.append(ev[5:].lstrip())
-        yield now, payloads
-    if buf.strip().startswith(b"data:"):
-        yield time.perf_counter(), [buf.strip()[5:].lstrip()]
+def _is_error_event(payload: bytes) -> bool:
+    """SGLang streams errors as ``data: {"error": {...}}`` (native and OpenAI endpoints).
+
+    A key can only start a JSON object this way; generated text never can (its quotes
+    are escaped), so this byte check is exact and costs nothing per event.
+    """
+    return payload.startswith((b'{"error"', b'{ "error"'))
+
+
+def _error_text(payload: bytes) -> str:
+    try:
+        err = json.loads(payload).get("error")
+    except ValueError:
+        return payload[:300].decode(errors="replace")
+    if isinstance(err, dict):
+        code = err.get("code") or err.get("status_code")
+        return f"{err.get('message') or err}" + (f" (code {code})" if code else "")
+    return str(err)[:300]
+
+
+def _network_failure(exc: BaseException) -> str:
+    """The FAILURE_REASONS key of a client-side exception."""
+    if isinstance(exc, EventTooLarge):
+        return "event_too_large"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect"
+    if isinstance(exc, ValueError) and not isinstance(exc, aiohttp.ClientError):
+        return "bad_payload"
+    return "cut_stream"
 
 
 def generate_body(input_ids: list[int], output_len: int) -> bytes:
@@ -116,58 +131,107 @@ async def _post_stream(
     url: str,
     body: bytes,
     out: RequestResult,
-    handle: Callable[[float, list[bytes]], str | None],
+    handle: Callable[[float, list[bytes]], None],
 ) -> bool:
     """POST ``body`` and feed each read's SSE payloads ([DONE] removed) to ``handle``.
 
-    The one place that times a request and decides failure: sets ``out.start_time``,
-    ``out.latency`` (send to the last read, [DONE] included) and ``out.error``. Returns
-    True only when the stream ended with ``data: [DONE]`` and ``handle`` reported no
-    error (``handle`` returns an error text to stop). Stricter than bench_serving, so a
-    crashing server cannot pass: a stream cut short before [DONE], or one carrying an
-    error object, fails (bench_serving counts both as successes).
+    The one place that times a request and catches transport failures: sets
+    ``out.start_time``, ``out.latency`` (send to the last read, [DONE] included) and,
+    on failure, ``out.failure``/``out.error``. Returns True when the stream ended with
+    ``data: [DONE]`` and carried no error event; the caller then judges the finish
+    reason and token count. Stricter than bench_serving, which counts a stream cut
+    short before [DONE] or one carrying an error object as a success.
     """
     st = time.perf_counter()
     out.start_time = st
     done = False
+    decoder = SSEDecoder()
     try:
         async with session.post(url, data=body, headers=_JSON) as resp:
             if resp.status != 200:
-                out.error = await _http_error(resp)
+                out.fail("http_error", await _http_error(resp))
                 return False
-            async for now, payloads in _events(resp):
-                if _DONE in payloads:
+            async for data in resp.content.iter_any():
+                now = time.perf_counter()
+                payloads = decoder.feed(data)
+                if not payloads:
+                    continue
+                if payloads[-1] == _DONE or _DONE in payloads:
                     done = True
                     payloads = [p for p in payloads if p != _DONE]
-                error = handle(now, payloads)
-                if error:
-                    out.error = error
-                    return False
+                for p in payloads:
+                    if _is_error_event(p):
+                        out.fail("error_event", "server error in stream: " + _error_text(p))
+                        return False
+                handle(now, payloads)
                 out.latency = now - st
+            tail = decoder.close()
+            if tail == [_DONE]:
+                done = True
+                out.latency = time.perf_counter() - st
+            elif tail:
+                handle(time.perf_counter(), tail)
     except asyncio.CancelledError:
         raise
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-        out.error = _short(exc)
+        out.fail(_network_failure(exc), _short(exc))
+        return False
+    except (AttributeError, TypeError, KeyError) as exc:  # JSON of an unexpected shape
+        out.fail("bad_payload", f"unexpected event shape: {exc.__class__.__name__}: {exc}"[:300])
         return False
     if not done:
-        out.error = "stream ended without data: [DONE] (server closed the connection?)"
+        out.fail("no_done", "stream ended without data: [DONE] (server closed the connection?)")
         return False
     return True
+
+
+def _judge_finish(out: RequestResult, tokens: int, want: int | None, normal: tuple[str, ...]) -> None:
+    """Set success, or the failure reason, of a stream that ended with [DONE].
+
+    ``want``: the exact token count asked for (``ignore_eos``), or None when the model
+    may stop early. ``normal``: the finish_reason types that end a request normally.
+    """
+    fr = out.finish_reason or {}
+    kind = fr.get("type")
+    out.output_len = tokens
+    if kind == "abort":
+        code = fr.get("status_code")
+        out.fail(
+            "abort",
+            f"aborted by the server: {fr.get('message') or 'no message'}" + (f" (status {code})" if code else ""),
+        )
+    elif fr.get("matched") == "NaN happened":
+        out.fail("nan", f"NaN in the logits: finish_reason {fr}")
+    elif kind not in normal:
+        out.fail("bad_finish", f"finish_reason {fr or 'missing'} (expected {' or '.join(normal)})")
+    elif tokens == 0 or (want is not None and tokens < want):
+        out.fail(
+            "short", f"returned {tokens} of {want if want is not None else 'at least 1'} tokens (finish_reason {kind})"
+        )
+    else:
+        out.success = True
 
 
 async def generate_stream(
     session: aiohttp.ClientSession, url: str, body: bytes, prompt_len: int, output_len: int
 ) -> RequestResult:
-    """One streamed ``/generate`` request (``body`` from :func:`generate_body`), timed as
-    bench_serving's sglang backend times it: TTFT at the first chunk with text, then per
-    chunk n = new completion_tokens gaps of (chunk gap / n)."""
+    """One streamed ``/generate`` request (``body`` from :func:`generate_body`, ``ignore_eos``).
+
+    Timed as bench_serving's sglang backend times it: TTFT at the first chunk with
+    text, then per chunk n = new completion_tokens gaps of (chunk gap / n). Succeeds
+    only with finish_reason ``length`` and exactly ``output_len`` tokens: with
+    ignore_eos a ``stop``, an ``abort`` or fewer tokens is a failure.
+    """
     out = RequestResult(prompt_len=prompt_len)
-    output_len_seen = output_len
+    tokens = 0  # server-reported completion_tokens (cumulative), else events seen
+    reported = False
+    events = 0
     last_len = 0
     recent = 0.0
 
-    def handle(now: float, payloads: list[bytes]) -> str | None:
-        nonlocal output_len_seen, last_len, recent
+    def handle(now: float, payloads: list[bytes]) -> None:
+        nonlocal tokens, reported, events, last_len, recent
+        events += len(payloads)
         # Until the first token every event is read (the first non-empty text sets
         # TTFT). After it only the newest event of each read is parsed:
         # completion_tokens is cumulative and events that came in one read share
@@ -179,31 +243,27 @@ async def generate_stream(
             todo = payloads[first : first + 1] + payloads[first + 1 :][-1:]
         for p in todo:
             d = json.loads(p)
-            if "error" in d:
-                return f"server error in stream: {str(d['error'])[:300]}"
             meta = d.get("meta_info") or {}
             if meta.get("finish_reason"):
                 out.finish_reason = meta["finish_reason"]
+            if meta.get("completion_tokens") is not None:
+                tokens, reported = int(meta["completion_tokens"]), True
             if d.get("text"):
                 out.text_chars = len(d["text"])
-                output_len_seen = meta.get("completion_tokens", output_len_seen)
+                seen = tokens if reported else events
                 if out.ttft == 0.0:
                     out.ttft = now - out.start_time
                 else:
-                    n = output_len_seen - last_len
+                    n = seen - last_len
                     if n == 0:
                         continue
                     gap = (now - recent) / n
                     out.itl.extend([gap] * n)
                 recent = now
-                last_len = output_len_seen
-            elif meta.get("completion_tokens") is not None and meta.get("finish_reason"):
-                output_len_seen = meta["completion_tokens"]
-        return None
+                last_len = seen
 
     if await _post_stream(session, url, body, out, handle):
-        out.success = True
-        out.output_len = output_len_seen
+        _judge_finish(out, tokens if reported else events, output_len, ("length",))
     return out
 
 
@@ -212,7 +272,9 @@ async def chat_stream(
 ) -> RequestResult:
     """One streamed ``/v1/chat/completions`` request; tokens from usage, else non-empty chunks.
 
-    ``reasoning_content`` deltas count like ``content`` (GLM-5 streams its thinking there).
+    ``reasoning_content`` deltas count like ``content`` (GLM-5 streams its thinking
+    there). The model may stop early (no ignore_eos): ``stop`` and ``length`` are both
+    normal; zero tokens, an error event or an abort are failures.
     """
     payload = {
         "model": model,
@@ -227,12 +289,10 @@ async def chat_stream(
     usage_tokens: int | None = None
     recent = 0.0
 
-    def handle(now: float, payloads: list[bytes]) -> str | None:
+    def handle(now: float, payloads: list[bytes]) -> None:
         nonlocal chunks, usage_tokens, recent
         for p in payloads:
             d = json.loads(p)
-            if d.get("object") == "error" or "error" in d:
-                return f"server error in stream: {str(d.get('message') or d.get('error'))[:300]}"
             usage = d.get("usage")
             if usage:
                 usage_tokens = usage.get("completion_tokens", usage_tokens)
@@ -250,11 +310,9 @@ async def chat_stream(
                     else:
                         out.itl.append(now - recent)
                     recent = now
-        return None
 
     if await _post_stream(session, url, json.dumps(payload).encode(), out, handle):
-        out.success = True
-        out.output_len = usage_tokens if usage_tokens is not None else chunks
+        _judge_finish(out, usage_tokens if usage_tokens is not None else chunks, None, ("stop", "length"))
     return out
 
 

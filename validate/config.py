@@ -16,8 +16,10 @@ import annotated_types
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-PosFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
+# Durations and thresholds must be finite: a `.inf` timeout would hang a rollout forever.
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Rate = Annotated[float, Field(gt=0)]  # request_rate alone may be .inf (all at once); NaN fails gt
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
@@ -33,7 +35,8 @@ BaselineMetric = Literal[
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
+    # strict: YAML `true` is not a count and "10" is not a number (ints still pass as floats)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ReadinessConfig(_Section):
@@ -47,12 +50,14 @@ class ThroughputConfig(_Section):
     num_prompts: PosInt = 256
     input_len: PosInt = 256
     output_len: PosInt = 128
-    request_rate: PosFloat = math.inf
+    request_rate: Rate = math.inf
     max_concurrency: PosInt | None = None
     seed: int = 1
     vocab_size: PosInt = 32000
     warmup_requests: NonNegInt = 1
     timeout_s: PosFloat = 600.0
+    repeats: Annotated[int, Field(gt=0, le=20)] = 3
+    max_spread: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.10
     min_total_tok_s: PosFloat | None = None
     min_output_tok_s: PosFloat | None = None
     max_p99_ttft_ms: PosFloat | None = None
@@ -214,6 +219,10 @@ def _format_error(err: dict[str, Any]) -> str:
         return f"gate config: {path}: unknown key (allowed here: {allowed})"
     if etype == "missing":
         return f"gate config: {path}: required key is missing"
+    if etype == "finite_number":
+        ann, info = _field_for(loc)
+        rule = _rule(ann, info).replace("a number", "a finite number", 1)
+        return f"gate config: {path}: {rule} (got {got!r})"
     if etype == "value_error":
         msg = str(err.get("msg", "")).removeprefix("Value error, ")
         return f"gate config: {path}: {msg}"
@@ -234,7 +243,7 @@ def _model_of(ann: Any) -> Any:
 def parse_config(data: Any, source: str = "gate config") -> GateConfig:
     """Validate a loaded YAML document; raises ConfigError with one line per bad field."""
     if data is None:
-        data = {}
+        raise ConfigError(f"{source}: the file is empty (start from validate/configs/reference.yml)")
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
     try:
@@ -244,13 +253,33 @@ def parse_config(data: Any, source: str = "gate config") -> GateConfig:
         raise ConfigError("\n".join(dict.fromkeys(lines))) from None
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names the same key twice (PyYAML would silently keep the last)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: `min_total_tok_s` set twice is a mistake, not an override."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKeyError(f"duplicate key {key!r} at line {line} (first at line {seen[key]})")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | Path) -> GateConfig:
     """Read and validate gate.yml; every problem becomes a ConfigError (exit 2)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"gate config: file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"gate config: {p}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -134,9 +134,9 @@ async def run_load(
         if t is not None and t.done() and not t.cancelled() and t.exception() is None:
             results.append(t.result())
         else:
-            results.append(
-                RequestResult(prompt_len=len(prompts[i]), error=f"no answer within the {deadline_s:g}s deadline")
-            )
+            late = RequestResult(prompt_len=len(prompts[i]))
+            late.fail("timeout", f"no complete answer within the {deadline_s:g}s deadline")
+            results.append(late)
     return LoadResult(
         results=results,
         metrics=compute_metrics(results, duration),

@@ -1,28 +1,26 @@
-"""Scan server logs for known crash signatures and report the first match with context.
+"""Scan server logs for crash signatures, in bounded memory, and keep the first matches with context.
 
-The patterns are the texts SGLang, PyTorch and NCCL really print (the
-page_table_1_flattened AttributeError of DSA + FP8 KV prefill, NaN detection during
-sampling, CUDA/NCCL errors, CUDA OOM). A config can add its own.
+A production log can be gigabytes: files are read line by line (a line longer than
+``MAX_LINE`` is read in pieces), only ``context_lines`` lines before a match are
+kept, and at most ``MAX_MATCHES`` matches are stored (every match is counted).
+Container logs (``docker:NAME``) are streamed by ``docker logs --since`` straight
+into a file next to the report, never into memory.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-BUILTIN_SIGNATURES: dict[str, str] = {
-    "page_table_1_flattened": r"AttributeError.*page_table_1_flattened|"
-    r"page_table_1_flattened should have been generated",
-    "nan_in_decode": r"NaN in the logits|NaN happened|"
-    r"nan(?:s)? (?:detected|found) in (?:logits|decode|output)",
-    "cuda_error": r"CUDA error:|CUDA_ERROR_[A-Z_]+|cudaError[A-Za-z]+|device-side assert triggered",
-    "nccl_error": r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|"
-    r"Watchdog caught collective operation timeout",
-    "oom": r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError:|cudaErrorMemoryAllocation",
-    "scheduler_exception": r"Scheduler hit an exception",
-}
+from .signatures import GENERIC, compile_all
+
+MAX_LINE = 64 * 1024
+MAX_MATCHES = 50
+DOCKER_PREFIX = "docker:"
 
 
 @dataclass
@@ -42,51 +40,84 @@ class LogScanResult:
     matches: list[LogMatch] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    lines_scanned: int = 0
 
     @property
     def first(self) -> LogMatch | None:
-        return self.matches[0] if self.matches else None
+        """The most useful match: the earliest specific one, else the earliest."""
+        specific = [m for m in self.matches if m.signature != GENERIC]
+        return (specific or self.matches or [None])[0]
 
     def to_dict(self) -> dict[str, Any]:
+        first = self.first
         return {
             "files": self.files,
+            "lines_scanned": self.lines_scanned,
             "counts": self.counts,
-            "first_match": asdict(self.first) if self.first else None,
+            "first_match": asdict(first) if first else None,
             "matches": [asdict(m) for m in self.matches[:20]],
             "errors": self.errors,
         }
 
 
+def _lines(path: str) -> Any:
+    with open(path, "rb") as f:
+        while True:
+            raw = f.readline(MAX_LINE)
+            if not raw:
+                return
+            yield raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
+
+
 def scan_logs(paths: list[str], extra: dict[str, str] | None = None, context_lines: int = 3) -> LogScanResult:
-    """Scan files in order; matches keep file order, then line order (the first is the earliest)."""
-    sigs = {**BUILTIN_SIGNATURES, **(extra or {})}
-    compiled = [(name, re.compile(pat)) for name, pat in sigs.items()]
+    """Scan files in order; matches keep file order, then line order."""
+    compiled = compile_all(extra)
+    # One alternation rejects the (nearly all) clean lines in a single search; on a hit the
+    # signatures are tried in order so the first listed one names the line.
+    anyone = re.compile("|".join(f"(?:{rx.pattern})" for _, rx in compiled))
     result = LogScanResult(files=list(paths))
     for path in paths:
+        before: deque[str] = deque(maxlen=context_lines)
+        waiting: list[tuple[LogMatch, int]] = []  # matches still collecting lines after them
         try:
-            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+            for i, line in enumerate(_lines(path), start=1):
+                result.lines_scanned += 1
+                for m, _ in waiting:
+                    m.context.append(line[:500])
+                if waiting:
+                    waiting = [(m, left - 1) for m, left in waiting if left > 1]
+                if not anyone.search(line):
+                    before.append(line[:500])
+                    continue
+                for name, rx in compiled:
+                    if rx.search(line):
+                        result.counts[name] = result.counts.get(name, 0) + 1
+                        if len(result.matches) < MAX_MATCHES:
+                            m = LogMatch(name, path, i, line.strip()[:500], [*before, line[:500]])
+                            result.matches.append(m)
+                            if context_lines:
+                                waiting.append((m, context_lines))
+                        break
+                before.append(line[:500])
         except OSError as exc:
             result.errors.append(f"{path}: {exc.strerror or exc}")
-            continue
-        for i, line in enumerate(lines):
-            for name, rx in compiled:
-                if rx.search(line):
-                    result.counts[name] = result.counts.get(name, 0) + 1
-                    lo, hi = max(0, i - context_lines), min(len(lines), i + context_lines + 1)
-                    result.matches.append(
-                        LogMatch(
-                            signature=name,
-                            file=path,
-                            line_no=i + 1,
-                            line=line.strip()[:500],
-                            context=[s[:500] for s in lines[lo:hi]],
-                        )
-                    )
-                    break
-    # The specific signature is the useful one: a generic "Scheduler hit an exception"
-    # line precedes the real error in SGLang's traceback, so prefer any other match.
-    specific = [m for m in result.matches if m.signature != "scheduler_exception"]
-    if specific and result.matches[0].signature == "scheduler_exception":
-        result.matches.remove(specific[0])
-        result.matches.insert(0, specific[0])
     return result
+
+
+def fetch_container_log(name: str, dest: Path, since: str | None, timeout_s: float = 300.0) -> str | None:
+    """``docker logs [--since T] NAME`` streamed into ``dest``; returns an error text or None."""
+    argv = ["docker", "logs", *(["--since", since] if since else []), name]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(dest, "wb") as out:
+            proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"docker logs {name}: {exc}"
+    if proc.returncode != 0:
+        with open(dest, "rb") as f:
+            return f"docker logs {name}: " + f.read(300).decode(errors="replace").strip()
+    return None
+
+
+def container_log_path(report_dir: str | Path, name: str) -> Path:
+    return Path(report_dir) / f"container-{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.log"

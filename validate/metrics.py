@@ -8,7 +8,8 @@ Source read: ``sglang/benchmark/serving.py`` (``calculate_metrics``,
   ``completion_tokens`` delta), n gaps of (chunk gap / n).
 * TPOT: (E2E - TTFT) / (output_len - 1), only for output_len > 1.
 * E2E latency: time from sending to the last chunk (``[DONE]``).
-* output_len: the server-reported completion tokens, else the requested length.
+* output_len: the server-reported completion tokens (bench_serving falls back to the
+  requested length; the gate never does: a short stream is a failed request).
 * Throughputs: totals over *successful* requests divided by the wall duration of
   the run (first send to last completion, warmup excluded).
 * concurrency: sum of E2E latencies / duration.
@@ -27,15 +28,36 @@ nothing succeeded, bench_serving still computes E2E stats over an empty list
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+# Why a request failed: the keys of the report's failure histogram.
+FAILURE_REASONS = {
+    "abort": "SGLang aborted the request (finish_reason abort: queue full, out of memory, scheduler)",
+    "error_event": "the stream carried an error object",
+    "http_error": "the server answered a status other than 200",
+    "short": "fewer tokens than asked with ignore_eos, or none at all",
+    "nan": "SGLang's NaN detector stopped the request (matched 'NaN happened')",
+    "bad_finish": "the stream ended without a normal finish_reason (length, or stop where EOS is allowed)",
+    "no_done": "the stream ended without data: [DONE]",
+    "cut_stream": "the connection broke mid-response",
+    "connect": "the client could not connect",
+    "event_too_large": "one SSE event exceeded the size cap",
+    "bad_payload": "an event was not valid JSON",
+    "timeout": "no complete answer before the phase deadline",
+}
+
 
 @dataclass
 class RequestResult:
-    """What the client saw for one request (times from ``time.perf_counter``)."""
+    """What the client saw for one request (times from ``time.perf_counter``).
+
+    ``success`` is set only for a stream that ended normally (see validate/client.py);
+    otherwise ``failure`` is one of :data:`FAILURE_REASONS` and ``error`` says more.
+    """
 
     success: bool = False
     prompt_len: int = 0
@@ -45,14 +67,22 @@ class RequestResult:
     ttft: float = 0.0
     itl: list[float] = field(default_factory=list)
     error: str = ""
+    failure: str = ""
     text_chars: int = 0
     finish_reason: dict[str, Any] | None = None
+
+    def fail(self, reason: str, error: str) -> None:
+        """Mark this request failed for ``reason`` (a FAILURE_REASONS key)."""
+        assert reason in FAILURE_REASONS, reason
+        self.success = False
+        self.failure = reason
+        self.error = error[:500]
 
     @property
     def nan_output(self) -> bool:
         """A broken decode: SGLang's NaN detector, or a success without any text."""
         fr = self.finish_reason or {}
-        return self.success and (fr.get("matched") == "NaN happened" or self.text_chars == 0)
+        return fr.get("matched") == "NaN happened" or (self.success and self.text_chars == 0)
 
 
 @dataclass
@@ -85,6 +115,7 @@ class BenchMetrics:
     median_e2e_latency_ms: float
     p99_e2e_latency_ms: float
     first_error: str = ""
+    failure_reasons: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,7 +208,14 @@ def compute_metrics(results: list[RequestResult], duration_s: float) -> BenchMet
         median_e2e_latency_ms=_stat(e2es, "median"),
         p99_e2e_latency_ms=_stat(e2es, "p99"),
         first_error=failed[0].error[:500] if failed else "",
+        failure_reasons=failure_histogram(results),
     )
+
+
+def failure_histogram(results: list[RequestResult]) -> dict[str, int]:
+    """How many requests failed for each reason, most frequent first."""
+    counts = Counter(r.failure or "unknown" for r in results if not r.success)
+    return dict(counts.most_common())
 
 
 METRIC_DEFINITIONS = {
@@ -186,9 +224,77 @@ METRIC_DEFINITIONS = {
     "itl": "gap between chunks, split evenly over the chunk's new tokens (server completion_tokens delta)",
     "tpot": "(e2e - ttft) / (output_len - 1), requests with output_len > 1",
     "e2e": "send -> [DONE]",
+    "success": "the stream ended with data: [DONE] and finish_reason length (or stop where EOS is allowed), "
+    "no error event, and with ignore_eos exactly the requested number of tokens; everything else is a failure, "
+    "counted by reason in failure_reasons",
+    "output_tokens": "server-reported completion_tokens of successful requests (never the requested length)",
     "throughput": "tokens of successful requests / wall duration of the phase (warmup excluded)",
+    "repeats": "the throughput phase runs `repeats` times; floors and the baseline compare the median of each "
+    "metric; spread = (max - min) / median",
     "peak_output_tok_s": "max 1-second bucket of token arrival times",
     "peak_concurrency": "max 1-second bucket of requests in flight",
     "concurrency": "sum(e2e) / duration",
     "single_stream_decode_tok_s": "(completion_tokens - 1) / (e2e - ttft), i.e. 1 / TPOT",
 }
+
+
+# Key metrics (what floors and the baseline compare): name -> (higher is better?, unit, BenchMetrics field).
+# single_stream_decode_tok_s comes from the single-stream phase, not from a load run.
+KEY_METRICS: dict[str, tuple[bool, str, str | None]] = {
+    "total_token_throughput": (True, "tok/s", "total_throughput"),
+    "output_token_throughput": (True, "tok/s", "output_throughput"),
+    "request_throughput": (True, "req/s", "request_throughput"),
+    "single_stream_decode_tok_s": (True, "tok/s", None),
+    "p99_ttft_ms": (False, "ms", "p99_ttft_ms"),
+    "p99_e2e_latency_ms": (False, "ms", "p99_e2e_latency_ms"),
+    "mean_e2e_latency_ms": (False, "ms", "mean_e2e_latency_ms"),
+}
+
+_SUMMED = ("completed", "failed", "empty_or_nan_outputs", "total_input", "total_output")
+
+
+@dataclass
+class Spread:
+    """One metric over the repeats of a phase."""
+
+    median: float
+    min: float
+    max: float
+    spread: float | None  # (max - min) / median; None when the median is 0
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        med = float(np.median(values))
+        lo, hi = float(min(values)), float(max(values))
+        return cls(med, lo, hi, (hi - lo) / med if med else None)
+
+
+def aggregate_runs(runs: list[BenchMetrics]) -> dict[str, Any]:
+    """One BenchMetrics-shaped dict for repeated runs: counts summed, every figure the median of the runs.
+
+    Medians, not means: one disturbed run among three must not move the verdict.
+    """
+    out: dict[str, Any] = {}
+    for name in BenchMetrics.__dataclass_fields__:
+        values = [getattr(r, name) for r in runs]
+        if name in _SUMMED:
+            out[name] = sum(values)
+        elif name == "failure_reasons":
+            total: Counter[str] = Counter()
+            for v in values:
+                total.update(v)
+            out[name] = dict(total.most_common())
+        elif name == "first_error":
+            out[name] = next((v for v in values if v), "")
+        else:
+            out[name] = float(np.median(values))
+    return out
+
+
+def key_metric_spreads(runs: list[BenchMetrics]) -> dict[str, Spread]:
+    """Median, min, max and relative spread of each load key metric over the runs."""
+    return {
+        key: Spread.of([float(getattr(r, fld)) for r in runs])
+        for key, (_, _, fld) in KEY_METRICS.items()
+        if fld is not None
+    }

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-
-def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
-    """Write via a temp file + rename so a reader never sees half a report (or baseline)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from .files import write_json_atomic, write_text_atomic
 
 
 def _v(x: Any, digits: int = 1) -> str:
@@ -95,8 +79,11 @@ def render_summary(r: dict[str, Any]) -> str:
             "| metric | value |",
             "| --- | --- |",
         ]
+        reasons = ", ".join(f"{k} x{v}" for k, v in (tp.get("failure_reasons") or {}).items()) or "none"
         rows = [
-            ("completed / failed requests", f"{tp['completed']} / {tp['failed']}"),
+            ("runs (figures below: median of the runs)", str(tp.get("repeats", 1))),
+            ("completed / failed requests (all runs)", f"{tp['completed']} / {tp['failed']}"),
+            ("failures by reason", reasons),
             ("duration (s)", _v(tp["duration_s"], 2)),
             ("request throughput (req/s)", _v(tp["request_throughput"], 2)),
             (
@@ -124,7 +111,17 @@ def render_summary(r: dict[str, Any]) -> str:
                 f"{_v(tp['mean_e2e_latency_ms'])} / {_v(tp['median_e2e_latency_ms'])} / {_v(tp['p99_e2e_latency_ms'])}",
             ),
         ]
-        lines += [f"| {a} | {b} |" for a, b in rows]
+        lines += [f"| {a} | {_cell(b)} |" for a, b in rows]
+        spread = tp.get("spread") or {}
+        if spread:
+            lines += [
+                "",
+                "| metric over the runs | median | min | max | spread |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            for name, sp in spread.items():
+                rel = f"{sp['spread']:.1%}" if sp.get("spread") is not None else "-"
+                lines.append(f"| {name} | {_v(sp['median'])} | {_v(sp['min'])} | {_v(sp['max'])} | {rel} |")
     ss = (r.get("phases") or {}).get("single_stream")
     if ss and ss.get("success"):
         lines += [
@@ -143,8 +140,9 @@ def render_summary(r: dict[str, Any]) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for s in steps:
-            if s.get("skipped"):
-                lines.append(f"| {s['step']} | {s['concurrency']} | skipped | - | - | - | - | - |")
+            if s.get("skipped") or s.get("refused"):
+                what = "refused" if s.get("refused") else "skipped"
+                lines.append(f"| {s['step']} | {s['concurrency']} | {what} | - | - | - | - | - |")
                 continue
             lines.append(
                 f"| {s['step']} | {s['concurrency']} | {'ok' if s['passed'] else '**FAIL**'} | {s['failed']} "
@@ -172,7 +170,11 @@ def render_summary(r: dict[str, Any]) -> str:
 
 def plot_sweep(r: dict[str, Any], path: str | Path) -> None:
     """Throughput and p99 latency against concurrency; failed steps marked in red."""
-    steps = [s for s in (((r.get("phases") or {}).get("stability") or {}).get("steps") or []) if not s.get("skipped")]
+    steps = [
+        s
+        for s in (((r.get("phases") or {}).get("stability") or {}).get("steps") or [])
+        if not (s.get("skipped") or s.get("refused"))
+    ]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     engine = r.get("engine", "unknown")
     title = "Stability sweep" + (" - TEST ENGINE figures, not SGLang" if engine == "test-engine" else f" ({engine})")
@@ -234,6 +236,6 @@ def write_all(r: dict[str, Any], out_dir: str | Path) -> str:
     d.mkdir(parents=True, exist_ok=True)
     write_json_atomic(d / "report.json", r)
     text = render_summary(r)
-    (d / "summary.md").write_text(text, encoding="utf-8")
+    write_text_atomic(d / "summary.md", text)
     plot_sweep(r, d / "sweep.png")
     return text

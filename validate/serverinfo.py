@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-_SECRET = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential)", re.IGNORECASE)
+# Exact names, not substrings: SGLang's server args hold tokenizer_path, max_prefill_tokens,
+# max_total_tokens, ... which are not secrets. These are the secret-carrying args of SGLang
+# 0.5.9-0.5.23 (api_key, admin_api_key, ssl_keyfile_password) and the usual credential names.
+SECRET_KEYS = frozenset(
+    {
+        "api_key",
+        "admin_api_key",
+        "ssl_keyfile_password",
+        "hf_token",
+        "huggingface_token",
+        "token",
+        "access_token",
+        "auth_token",
+        "secret",
+        "secret_key",
+        "password",
+        "passwd",
+        "authorization",
+        "aws_secret_access_key",
+        "openai_api_key",
+    }
+)
 REDACTED = "***redacted***"
 
 TEST_ENGINE_NOTE = (
@@ -17,7 +37,10 @@ TEST_ENGINE_NOTE = (
 def redact(obj: Any) -> Any:
     """Copy of ``obj`` with values of secret-looking keys replaced (server args carry api_key)."""
     if isinstance(obj, dict):
-        return {k: (REDACTED if _SECRET.search(str(k)) and v not in (None, "") else redact(v)) for k, v in obj.items()}
+        return {
+            k: (REDACTED if str(k).lower() in SECRET_KEYS and v not in (None, "") else redact(v))
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [redact(v) for v in obj]
     return obj

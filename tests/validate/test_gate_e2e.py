@@ -72,7 +72,7 @@ def test_healthy_engine_passes_end_to_end_via_module_cli(engine_factory, tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - t0 < 60
     rep = load_report(report)
-    assert rep["schema_version"] == 1 and rep["verdict"] == "pass" and rep["exit_code"] == 0
+    assert rep["schema_version"] == 2 and rep["verdict"] == "pass" and rep["exit_code"] == 0
     assert rep["engine"] == "test-engine" and "not from SGLang" in rep["engine_note"]
     assert rep["labels"] == {"host": "ci-1", "image": "test"}
     assert rep["patch_record"]["engine"] == "test-engine"
@@ -84,6 +84,7 @@ def test_healthy_engine_passes_end_to_end_via_module_cli(engine_factory, tmp_pat
         "single_stream.decode_tok_s",
         "throughput.total_tok_s",
         "throughput.failed_requests",
+        "throughput.spread",
         "stability.concurrency_64",
         "logs.crash_signatures",
         "output.empty_or_nan",
@@ -92,7 +93,17 @@ def test_healthy_engine_passes_end_to_end_via_module_cli(engine_factory, tmp_pat
         assert set(c) >= {"name", "passed", "measured", "required", "unit", "message"}
     assert rep["phases"]["sampler_warmup"]["ok"] is True  # untimed sampled request before measuring
     tp = rep["phases"]["throughput"]
-    assert tp["completed"] == 64 and tp["total_input"] == 64 * 256 and tp["total_output"] == 64 * 32
+    # three repeats, every request counted with the tokens really returned
+    assert tp["repeats"] == 3 and len(tp["runs"]) == 3
+    assert tp["completed"] == 3 * 64 and tp["total_input"] == 3 * 64 * 256 and tp["total_output"] == 3 * 64 * 32
+    assert all(r["completed"] == 64 and r["total_output"] == 64 * 32 for r in tp["runs"])
+    sp = tp["spread"]["total_token_throughput"]
+    assert sp["min"] <= sp["median"] <= sp["max"] and sp["spread"] == pytest.approx(
+        (sp["max"] - sp["min"]) / sp["median"]
+    )
+    assert rep["key_metrics"]["total_token_throughput"] == pytest.approx(sp["median"])
+    assert "Infinity" not in (report / "report.json").read_text()  # strict JSON
+    assert rep["config"]["throughput"]["request_rate"] == "inf"
     steps = rep["phases"]["stability"]["steps"]
     assert [s["concurrency"] for s in steps] == [16, 32, 64]
     assert steps[-1]["total_throughput"] > steps[0]["total_throughput"]  # the batching model shows its shape
@@ -166,37 +177,54 @@ def test_nan_output_fails_the_output_check(engine_factory, tmp_path, capsys):
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
     assert code == 1
     c = check(rep, "output.empty_or_nan")
-    assert not c["passed"] and c["measured"] >= 16 and "NaN happened" in c["message"]
+    assert not c["passed"] and c["measured"] == 16 and "NaN happened" in c["message"]
+    f = check(rep, "throughput.failed_requests")  # a NaN answer is a failed request, never a success
+    assert not f["passed"] and f["measured"] == 16 and "nan x16" in f["message"]
+    assert rep["phases"]["throughput"]["failure_reasons"] == {"nan": 16}
+    assert rep["phases"]["throughput"]["total_output"] == 0
 
 
 def test_error_rate_fails_the_failed_requests_check(engine_factory, tmp_path, capsys):
     eng = engine_factory("--engine-fault", "error_rate:0.3")
-    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 32}}))
+    cfg = write_config(
+        tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 32, "repeats": 1}})
+    )
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
     assert code == 1
     c = check(rep, "throughput.failed_requests")
+    tp = rep["phases"]["throughput"]
     assert not c["passed"] and c["measured"] >= 1 and c["required"] == 0
     assert "of 32 requests failed (allowed 0)" in c["message"] and "HTTP 500" in c["message"]
+    assert tp["failure_reasons"] == {"http_error": c["measured"]} and f"http_error x{c['measured']}" in c["message"]
+    assert tp["total_output"] == (32 - c["measured"]) * 32  # only tokens really returned count
 
 
-@pytest.mark.parametrize(
-    ("name", "signature"),
-    [
-        ("oom", "oom"),
-        ("nccl", "nccl_error"),
-        ("cuda", "cuda_error"),
-        ("nan", "nan_in_decode"),
-        ("page_table", "page_table_1_flattened"),
-    ],
-)
-def test_log_signature_is_reported_with_the_matched_line(engine_factory, tmp_path, capsys, name, signature):
-    eng = engine_factory("--engine-fault", f"log_signature:{name}")
+def test_queue_overflow_aborts_fail_the_gate_by_reason(engine_factory, tmp_path, capsys):
+    """SGLang aborts what overflows --max-queued-requests with HTTP 200 and finish_reason abort."""
+    eng = engine_factory("--max-queued-requests", "4", "--max-running-requests", "8")
+    cfg = write_config(
+        tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 64, "repeats": 1}})
+    )
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
+    c = check(rep, "throughput.failed_requests")
+    tp = rep["phases"]["throughput"]
+    assert code == 1 and not c["passed"]
+    aborted = tp["failure_reasons"]["abort"]
+    assert aborted >= 32 and c["measured"] == aborted + sum(v for k, v in tp["failure_reasons"].items() if k != "abort")
+    assert f"abort x{aborted}" in c["message"] and "The request queue is full." in c["message"]
+    assert tp["completed"] == 64 - c["measured"] and tp["total_output"] == tp["completed"] * 32
+
+
+def test_log_signature_is_reported_with_the_matched_line(engine_factory, tmp_path, capsys):
+    """Wiring only: the gate scans --log and reports the first match; which lines match is
+    tested against real SGLang/PyTorch/NCCL texts in test_logscan.py, not the engine's."""
+    eng = engine_factory("--engine-fault", "log_signature:oom")
     cfg = write_config(tmp_path, ONLY_READINESS)
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
     assert code == 1
     c = check(rep, "logs.crash_signatures")
     first = rep["phases"]["logs"]["first_match"]
-    assert not c["passed"] and first["signature"] == signature
+    assert not c["passed"] and first["signature"] == "oom"
     assert first["line"] in eng.log.read_text() and first["line"] in c["message"]
     assert f"{eng.log}:{first['line_no']}" in c["message"]
 
@@ -223,7 +251,7 @@ def test_readiness_deadline_against_a_dead_port(tmp_path, capsys):
     assert (tmp_path / "r" / "sweep.png").exists() and (tmp_path / "r" / "summary.md").exists()
 
 
-def test_baseline_written_on_pass_then_regression_fails(engine_factory, tmp_path, capsys):
+def test_baseline_first_pass_writes_then_regression_fails_and_never_overwrites(engine_factory, tmp_path, capsys):
     eng = engine_factory()
     cfg = write_config(
         tmp_path,
@@ -235,17 +263,45 @@ def test_baseline_written_on_pass_then_regression_fails(engine_factory, tmp_path
     )
     baseline = tmp_path / "baseline.json"
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r1", "--baseline", str(baseline), "--update-baseline")
-    assert code == 0 and baseline.exists() and "no baseline yet" in rep["baseline"]["note"]
-    # Same server against its own baseline: within 95% tolerance on these fixed-speed runs.
+    assert code == 0 and rep["baseline"]["updated"] is True and "no baseline yet" in rep["baseline"]["note"]
     stored = json.loads(baseline.read_text())
-    stored["key_metrics"] = {k: (v * 3 if v else v) for k, v in stored["key_metrics"].items()}
+    assert stored["schema"] == "sglang-gate-baseline/2" and stored["history"] == []
+    assert stored["reference"]["key_metrics"] == rep["key_metrics"]
+    assert stored["reference"]["how"] == "first passing gate of the group"
+    # A second passing host leaves the group's reference alone (no drift host by host).
+    code, _, rep2 = _gate(capsys, eng, cfg, tmp_path / "r2", "--baseline", str(baseline), "--update-baseline")
+    assert code == 0 and rep2["baseline"]["used"] is True and rep2["baseline"]["updated"] is False
+    assert json.loads(baseline.read_text())["reference"] == stored["reference"]
+    # A reference 3x faster than this server: a regression, and the file is untouched.
+    stored["reference"]["key_metrics"] = {k: (v * 3 if v else v) for k, v in stored["reference"]["key_metrics"].items()}
     baseline.write_text(json.dumps(stored))
-    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r2", "--baseline", str(baseline), "--update-baseline")
-    assert code == 1 and rep["baseline"]["used"] is True
-    c = check(rep, "baseline.total_token_throughput")
+    code, _, rep3 = _gate(capsys, eng, cfg, tmp_path / "r3", "--baseline", str(baseline), "--promote-baseline")
+    assert code == 1 and rep3["baseline"]["used"] is True and rep3["baseline"]["updated"] is False
+    c = check(rep3, "baseline.total_token_throughput")
+    ref = stored["reference"]["key_metrics"]["total_token_throughput"]
     assert not c["passed"] and "regression" in c["message"] and "vs baseline" in c["message"]
-    assert c["required"] == pytest.approx(stored["key_metrics"]["total_token_throughput"] * 0.95, rel=1e-3)
-    assert json.loads(baseline.read_text())["key_metrics"] == stored["key_metrics"]  # not overwritten on fail
+    assert c["required"] == pytest.approx(ref * 0.95, rel=1e-3)
+    assert c["measured"] == pytest.approx(rep3["key_metrics"]["total_token_throughput"], rel=1e-3)
+    assert json.loads(baseline.read_text()) == stored  # a failed gate never writes
+
+
+def test_malformed_baseline_is_a_usage_error_before_any_load(engine_factory, tmp_path, capsys):
+    cfg = write_config(tmp_path, ONLY_READINESS)
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"schema": "sglang-gate-baseline/2", "reference": {"engine": "sglang"}}))
+    code, _, err = run_gate(
+        capsys,
+        "gate",
+        "--url",
+        "http://127.0.0.1:9",
+        "--config",
+        str(cfg),
+        "--report",
+        str(tmp_path / "r"),
+        "--baseline",
+        str(baseline),
+    )
+    assert code == 2 and "--baseline:" in err and "reference.workload" in err and "Traceback" not in err
 
 
 def test_baseline_from_another_engine_is_not_compared(engine_factory, tmp_path, capsys):
@@ -264,6 +320,7 @@ def test_baseline_from_another_engine_is_not_compared(engine_factory, tmp_path, 
     )
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r", "--baseline", str(baseline))
     assert code == 0 and rep["baseline"]["used"] is False and "not compared" in rep["baseline"]["note"]
+    assert "'sglang'" in rep["baseline"]["note"] and "'test-engine'" in rep["baseline"]["note"]
 
 
 def test_baseline_of_another_workload_is_not_compared(engine_factory, tmp_path, capsys):
@@ -273,8 +330,9 @@ def test_baseline_of_another_workload_is_not_compared(engine_factory, tmp_path, 
     code, _, _ = _gate(capsys, eng, cfg, tmp_path / "r1", "--baseline", str(baseline), "--update-baseline")
     assert code == 0
     stored = json.loads(baseline.read_text())
-    stored["config"]["throughput"]["num_prompts"] = 256
-    stored["key_metrics"]["total_token_throughput"] = 1e9
+    assert stored["reference"]["workload"]["throughput.request_rate"] == "inf"
+    stored["reference"]["workload"]["throughput.num_prompts"] = 256
+    stored["reference"]["key_metrics"]["total_token_throughput"] = 1e9
     baseline.write_text(json.dumps(stored))
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r2", "--baseline", str(baseline))
     assert code == 0 and rep["baseline"]["used"] is False
@@ -309,6 +367,7 @@ def test_api_key_from_env_works_and_is_never_written(engine_factory, tmp_path, c
         assert secret not in (tmp_path / "key" / f).read_text()
     assert secret not in out
     assert rep["phases"]["server_info_raw"]["api_key"] == "***redacted***"
+    assert rep["phases"]["server_info_raw"]["model_path"]  # only secret names are redacted
 
 
 def test_wait_subcommand(engine_factory, capsys):
@@ -351,7 +410,9 @@ def test_reference_config_fails_an_8_tok_s_single_stream(engine_factory, tmp_pat
 
 
 @pytest.mark.docker
-def test_docker_container_logs_are_fetched_and_scanned(engine_factory, tmp_path, capsys):
+def test_docker_container_log_of_the_gate_window_is_fetched_and_scanned(engine_factory, tmp_path, capsys):
+    """docker:NAME reads the container's log since the gate started: a crash printed during the
+    load is found, a line printed before the gate is not part of the window."""
     import shutil
     import uuid
 
@@ -359,10 +420,12 @@ def test_docker_container_logs_are_fetched_and_scanned(engine_factory, tmp_path,
         pytest.skip("no docker CLI")
     name = f"gate-logtest-{uuid.uuid4().hex[:8]}"
     line = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    before = "CUDA error: printed before the gate started"
     run = subprocess.run(
         [
             "docker",
             "run",
+            "-d",
             "--name",
             name,
             "--network",
@@ -370,7 +433,7 @@ def test_docker_container_logs_are_fetched_and_scanned(engine_factory, tmp_path,
             "local/debian:bookworm",
             "sh",
             "-c",
-            f"echo starting; echo '{line}' >&2",
+            f"echo '{before}'; sleep 3; echo '{line}' >&2; sleep 60",
         ],
         capture_output=True,
         text=True,
@@ -380,7 +443,8 @@ def test_docker_container_logs_are_fetched_and_scanned(engine_factory, tmp_path,
         if run.returncode != 0:
             pytest.skip(f"cannot run a container here: {run.stderr.strip()[:200]}")
         eng = engine_factory()
-        cfg = write_config(tmp_path, ONLY_READINESS)
+        time.sleep(1.5)  # the first line is now older than the gate
+        cfg = write_config(tmp_path, merge(ONLY_READINESS, {"single_stream": {"enabled": True, "max_tokens": 160}}))
         code, _, _ = run_gate(
             capsys,
             "gate",
@@ -396,7 +460,8 @@ def test_docker_container_logs_are_fetched_and_scanned(engine_factory, tmp_path,
         rep = load_report(tmp_path / "r")
         c = check(rep, "logs.crash_signatures")
         assert code == 1 and not c["passed"] and line in c["message"]
-        assert (tmp_path / "r" / f"container-{name}.log").read_text().count(line) == 1
+        fetched = (tmp_path / "r" / f"container-{name}.log").read_text()
+        assert fetched.count(line) == 1 and before not in fetched
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
 

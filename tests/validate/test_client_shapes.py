@@ -1,0 +1,148 @@
+"""What counts as a successful request, on the bytes a real SGLang server streamed.
+
+A replay server on loopback sends recorded SGLang 0.5.17 answers byte for byte
+(tests/fixtures/sglang-0.5.17-h200) and a few hand-written streams in SGLang's
+/generate shape (sglang/srt/entrypoints/http_server.py: cumulative ``text`` and
+``meta_info.completion_tokens``, ``finish_reason`` on the last event, then
+``data: [DONE]``) broken the ways real servers break: cut, short, aborted, CRLF.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from validate.client import chat_stream, generate_body, generate_stream, make_session
+from validate.sse import EventTooLarge, SSEDecoder
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
+
+
+def _gen_event(n: int, finish: dict | None = None) -> bytes:
+    meta = {"id": "r1", "finish_reason": finish, "prompt_tokens": 8, "completion_tokens": n, "cached_tokens": 0}
+    return b"data: " + json.dumps({"text": "tok " * n, "output_ids": list(range(n)), "meta_info": meta}).encode() + b"\n\n"
+
+
+def _gen_stream(n: int, finish: dict | None, done: bool = True) -> bytes:
+    body = b"".join(_gen_event(k) for k in range(1, n)) + _gen_event(n, finish)
+    return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+LENGTH = {"type": "length", "length": 4}
+STREAMS: dict[str, bytes] = {
+    "ok": _gen_stream(4, LENGTH),
+    "ok_crlf": _gen_stream(4, LENGTH).replace(b"\n", b"\r\n"),
+    "abort": (FIXTURES / "overflow_generate_abort.sse").read_bytes(),
+    "short": _gen_stream(3, {"type": "length", "length": 3}),
+    "stop_with_ignore_eos": _gen_stream(4, {"type": "stop", "matched": 2}),
+    "nan": _gen_stream(1, {"type": "stop", "matched": "NaN happened"}),
+    "no_done": _gen_stream(4, LENGTH, done=False),
+    "error_event": _gen_event(1) + b'data: {"error": {"message": "CUDA error: an illegal memory access"}}\n\n'
+    + b"data: [DONE]\n\n",
+    "chat_error": (FIXTURES / "overflow_chat_error.sse").read_bytes(),
+    "huge_event": b"data: " + b"x" * (9 * 1024 * 1024),
+}
+
+
+@pytest.fixture
+def replay() -> Iterator[str]:
+    """An aiohttp server on 127.0.0.1 that answers /s/<name> with STREAMS[name] (HTTP 200, SSE)."""
+    loop = asyncio.new_event_loop()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = STREAMS[request.match_info["name"]]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(0, len(body), 300):  # in pieces, as a network delivers them
+            await resp.write(body[i : i + 300])
+        if request.match_info["name"] == "cut":
+            request.transport.close()
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/s/{name}", handler)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}/s/", loop
+    loop.run_until_complete(runner.cleanup())
+    loop.close()
+
+
+def _generate(replay, name: str, want: int = 4):
+    base, loop = replay
+
+    async def go():
+        async with make_session() as s:
+            return await generate_stream(s, base + name, generate_body([1, 2, 3], want), 3, want)
+
+    return loop.run_until_complete(go())
+
+
+def test_normal_stream_succeeds_with_the_tokens_really_returned(replay):
+    for name in ("ok", "ok_crlf"):
+        r = _generate(replay, name)
+        assert r.success and r.failure == "" and r.output_len == 4 and r.finish_reason == LENGTH
+        assert r.ttft > 0 and r.latency >= r.ttft and len(r.itl) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "failure", "text"),
+    [
+        ("abort", "abort", "The request queue is full. (status 503)"),
+        ("short", "short", "returned 3 of 4 tokens"),
+        ("stop_with_ignore_eos", "bad_finish", "expected length"),
+        ("nan", "nan", "NaN happened"),
+        ("no_done", "no_done", "without data: [DONE]"),
+        ("error_event", "error_event", "CUDA error: an illegal memory access"),
+        ("huge_event", "event_too_large", "exceeded 8,388,608 bytes"),
+    ],
+)
+def test_broken_streams_are_failures_with_a_reason(replay, name, failure, text):
+    r = _generate(replay, name)
+    assert not r.success and r.failure == failure and text in r.error
+
+
+def test_real_abort_counts_zero_tokens(replay):
+    r = _generate(replay, "abort")
+    assert r.output_len == 0 and r.finish_reason["type"] == "abort" and r.finish_reason["status_code"] == 503
+
+
+def test_real_chat_overflow_is_an_error_event(replay):
+    base, loop = replay
+
+    async def go():
+        async with make_session() as s:
+            return await chat_stream(s, base + "chat_error", "m", "hi", 10)
+
+    r = loop.run_until_complete(go())
+    assert not r.success and r.failure == "error_event" and "The request queue is full. (code 503)" in r.error
+
+
+def test_decoder_on_the_recorded_chat_transcript():
+    """The recorded 30-line chat stream: 15 events, split anywhere, CRLF or LF, give the same payloads."""
+    raw = (FIXTURES / "sse_chat.txt").read_bytes()
+    whole = SSEDecoder().feed(raw)
+    assert len(whole) == 15 and all(json.loads(p)["object"] == "chat.completion.chunk" for p in whole)
+    for variant in (raw, raw.replace(b"\n", b"\r\n"), raw.replace(b"\n", b"\r")):
+        d = SSEDecoder()
+        got = [p for i in range(0, len(variant), 7) for p in d.feed(variant[i : i + 7])]
+        # a lone CR at the very end may still become CRLF: that event is complete at close()
+        assert got + d.close() == whole
+
+
+def test_decoder_joins_multiline_data_and_skips_comments():
+    d = SSEDecoder()
+    assert d.feed(b": keep-alive\n\ndata: a\ndata: b\nid: 7\n\nevent: x\n\n") == [b"a\nb"]
+    assert d.feed(b"data: tail") == [] and d.close() == [b"tail"]
+    small = SSEDecoder(max_event_bytes=10)
+    with pytest.raises(EventTooLarge):
+        small.feed(b"data: 0123456789")

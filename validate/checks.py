@@ -1,0 +1,339 @@
+"""Judging: pure functions from measured results (validate/phases.py) and the config to named checks.
+
+Nothing here does I/O, so each verdict rule can be read and tested alone with
+hand-built results. A check's ``measured`` and ``required`` are the values compared
+with ``op``; its message is what the operator reads (``FAILED ...`` when it failed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .config import GateConfig
+from .logscan import LogScanResult
+from .metrics import KEY_METRICS, RequestResult
+from .phases import Health, Readiness, SingleStream, StabilityStep, Throughput
+
+
+@dataclass
+class Check:
+    """One gate decision; ``required`` is compared to ``measured`` with ``op``."""
+
+    name: str
+    passed: bool
+    measured: float | int | str | None
+    required: float | int | str | None
+    unit: str
+    message: str
+    op: str = ""
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    return str(v)
+
+
+def _msg(ok: bool, text: str) -> str:
+    return text if ok else "FAILED " + text
+
+
+def threshold(name: str, measured: float | None, required: float | None, op: str, unit: str, what: str) -> Check | None:
+    """A floor (op '>=') or ceiling (op '<=') check; None when the config sets no threshold.
+
+    ``measured`` None means nothing completed to measure: a failed check, never a pass
+    (a latency ceiling must not pass because every request failed).
+    """
+    if required is None:
+        return None
+    if measured is None:
+        return Check(name, False, None, required, unit, f"FAILED {what}: not measured, no request completed", op)
+    ok = measured >= required if op == ">=" else measured <= required
+    verb = "at least" if op == ">=" else "at most"
+    text = f"{what}: {fmt(measured)} {unit} (required {verb} {fmt(required)} {unit})"
+    return Check(name, ok, round(measured, 3), required, unit, _msg(ok, text), op)
+
+
+def readiness(r: Readiness, timeout_s: float) -> Check:
+    if r.ready:
+        return Check("readiness", True, r.seconds, timeout_s, "s", f"server ready after {r.seconds:.1f}s", "<=")
+    text = f"server not ready within {timeout_s:g}s (readiness.timeout_s); last: {r.last_error}"
+    return Check("readiness", False, None, timeout_s, "s", "FAILED " + text, "<=")
+
+
+def health(phase: str, h: Health) -> Check | None:
+    """A failed /health after a phase (None while healthy: a healthy probe is no decision)."""
+    if h.healthy:
+        return None
+    text = f"/health {h.when}: {h.error} (stability.health_timeout_s = {h.timeout_s:g}s): the server died or is wedged"
+    return Check(f"{phase}.server_healthy_after", False, "unhealthy", "healthy", "", "FAILED " + text)
+
+
+def reasons_text(reasons: dict[str, int]) -> str:
+    """'abort x55, short x2': the failure histogram in one line."""
+    return ", ".join(f"{k} x{v}" for k, v in reasons.items())
+
+
+def failed_requests(
+    prefix: str,
+    failed: int,
+    total: int,
+    max_failed: int,
+    reasons: dict[str, int],
+    first_error: str,
+    timed_out: bool = False,
+    deadline_s: float = 0.0,
+) -> Check:
+    ok = failed <= max_failed
+    late = f" ({failed} not finished within the {deadline_s:g}s deadline or failed)" if timed_out else ""
+    text = f"{prefix}: {failed} of {total} requests failed{late} (allowed {max_failed})"
+    if failed:
+        text += f"; by reason: {reasons_text(reasons)}"
+    if not ok and first_error:
+        text += f"; first error: {first_error}"
+    return Check(f"{prefix}.failed_requests", ok, failed, max_failed, "requests", _msg(ok, text), "<=")
+
+
+def single_stream(ss: SingleStream, cfg: GateConfig) -> list[Check]:
+    sc = cfg.single_stream
+    r = ss.request
+    if not r.success:
+        text = f"single-stream request failed ({r.failure}): {r.error}"
+        return [Check("single_stream.request", False, r.failure, "success", "", "FAILED " + text)]
+    out = [
+        threshold(
+            "single_stream.decode_tok_s",
+            ss.decode_tok_s,
+            sc.min_decode_tok_s,
+            ">=",
+            "tok/s",
+            "single-stream decode speed",
+        ),
+        threshold("single_stream.ttft_ms", r.ttft * 1000, sc.max_ttft_ms, "<=", "ms", "single-stream TTFT"),
+    ]
+    return [c for c in out if c is not None]
+
+
+def _gated_load_metrics(cfg: GateConfig) -> list[str]:
+    """Key metrics of the load phase that a threshold or the baseline compares: those must be stable."""
+    tc = cfg.throughput
+    floors = {
+        "total_token_throughput": tc.min_total_tok_s,
+        "output_token_throughput": tc.min_output_tok_s,
+        "p99_ttft_ms": tc.max_p99_ttft_ms,
+        "p99_e2e_latency_ms": tc.max_p99_e2e_ms,
+        "mean_e2e_latency_ms": tc.max_mean_e2e_ms,
+    }
+    names = [k for k, v in floors.items() if v is not None]
+    names += [m for m in cfg.baseline.metrics if KEY_METRICS[m][2] is not None and m not in names]
+    return names
+
+
+def spread(tp: Throughput, cfg: GateConfig) -> Check | None:
+    """'Unstable measurement': a compared metric whose repeats disagree by more than max_spread.
+
+    Neither a pass nor a regression: the host could not be measured, and the message
+    says which metric moved and how far, so the operator re-runs or finds the noise.
+    """
+    if len(tp.runs) < 2:
+        return None
+    limit = cfg.throughput.max_spread
+    spreads = tp.spreads
+    gated = _gated_load_metrics(cfg)
+    if not gated:
+        return None
+    worst = max(gated, key=lambda k: spreads[k].spread or 0.0)
+    w = spreads[worst]
+    value = w.spread or 0.0
+    ok = value <= limit
+    unit = KEY_METRICS[worst][1]
+    text = (
+        f"measurement stability over {len(tp.runs)} runs: {worst} spread {value:.1%} "
+        f"(min {fmt(w.min)} / median {fmt(w.median)} / max {fmt(w.max)} {unit}; allowed {limit:.0%})"
+    )
+    if not ok:
+        text = "unstable measurement: " + text + "; the medians are not trusted for floors or the baseline"
+    return Check("throughput.spread", ok, round(value, 4), limit, "ratio", _msg(ok, text), "<=")
+
+
+def throughput(tp: Throughput, cfg: GateConfig) -> list[Check]:
+    tc = cfg.throughput
+    if tp.refused:
+        return [Check("throughput.open_files", False, None, None, "", f"FAILED throughput refused: {tp.refused}")]
+    med = tp.median
+    total = med["completed"] + med["failed"]
+    out: list[Check | None] = [
+        failed_requests(
+            "throughput",
+            med["failed"],
+            total,
+            tc.max_failed,
+            med["failure_reasons"],
+            med["first_error"],
+            tp.timed_out,
+            tp.deadline_s,
+        ),
+        spread(tp, cfg),
+    ]
+    lat = med["completed"] > 0  # latencies of zero completed requests are not measurements
+    n = len(tp.runs)
+    of = f" (median of {n} runs)" if n > 1 else ""
+    out += [
+        threshold(
+            "throughput.total_tok_s",
+            med["total_throughput"],
+            tc.min_total_tok_s,
+            ">=",
+            "tok/s",
+            "total token throughput" + of,
+        ),
+        threshold(
+            "throughput.output_tok_s",
+            med["output_throughput"],
+            tc.min_output_tok_s,
+            ">=",
+            "tok/s",
+            "output token throughput" + of,
+        ),
+        threshold(
+            "throughput.p99_ttft_ms",
+            med["p99_ttft_ms"] if lat else None,
+            tc.max_p99_ttft_ms,
+            "<=",
+            "ms",
+            "p99 TTFT" + of,
+        ),
+        threshold(
+            "throughput.p99_e2e_ms",
+            med["p99_e2e_latency_ms"] if lat else None,
+            tc.max_p99_e2e_ms,
+            "<=",
+            "ms",
+            "p99 E2E latency" + of,
+        ),
+        threshold(
+            "throughput.mean_e2e_ms",
+            med["mean_e2e_latency_ms"] if lat else None,
+            tc.max_mean_e2e_ms,
+            "<=",
+            "ms",
+            "mean E2E latency" + of,
+        ),
+    ]
+    return [c for c in out if c is not None]
+
+
+def stability_step(st: StabilityStep, cfg: GateConfig) -> Check:
+    sc = cfg.stability
+    name = f"stability.concurrency_{st.concurrency}"
+    if st.refused:
+        return Check(
+            name,
+            False,
+            None,
+            sc.max_failed,
+            "failed requests",
+            f"FAILED stability {st.label} refused: {st.refused}",
+            "<=",
+        )
+    assert st.load is not None
+    m = st.load.metrics
+    healthy = bool(st.health and st.health.healthy)
+    ok = healthy and m.failed <= sc.max_failed
+    facts = f"{m.failed} of {st.requests} requests failed (allowed {sc.max_failed})"
+    if m.failed:
+        facts += f" [{reasons_text(m.failure_reasons)}]"
+    facts += ", " + (
+        f"total {m.total_throughput:,.0f} tok/s, p99 E2E {m.p99_e2e_latency_ms:,.0f} ms"
+        if m.completed
+        else "none completed"
+    )
+    if st.load.timed_out:
+        facts += f", {sc.step_timeout_s:g}s step deadline hit"
+    if ok:
+        msg = f"stability {st.label}: ok: {facts}; /health ok after the step"
+    elif not healthy:
+        err = st.health.error if st.health else "not probed"
+        msg = f"FAILED stability {st.label}: the server died or wedged at this step: /health after the step: {err}"
+        msg += f"; {facts}"
+        if m.first_error:
+            msg += f"; first error: {m.first_error}"
+    else:
+        msg = f"FAILED stability {st.label}: {facts}; first error: {m.first_error}"
+    return Check(name, ok, m.failed, sc.max_failed, "failed requests", msg, "<=")
+
+
+def output(results: list[RequestResult]) -> Check | None:
+    """NaN or empty answers among the requests whose stream ended (SGLang's NaN detector, empty text)."""
+    ended = [r for r in results if r.success or r.failure in ("nan", "short")]
+    if not ended:
+        return None
+    bad = [r for r in ended if r.nan_output]
+    example = ""
+    if bad:
+        fr = bad[0].finish_reason or {}
+        example = f"; e.g. finish_reason {fr}" if fr else "; e.g. empty text"
+    text = f"{len(bad)} of {len(ended)} finished requests returned empty text or NaN{example}"
+    return Check("output.empty_or_nan", not bad, len(bad), 0, "requests", _msg(not bad, text), "<=")
+
+
+def logs(scan: LogScanResult) -> Check:
+    first = scan.first
+    n = len(scan.files)
+    if first is None and not scan.errors:
+        return Check(
+            "logs.crash_signatures",
+            True,
+            0,
+            0,
+            "matches",
+            f"no crash signature in {n} log file(s) ({scan.lines_scanned:,} lines)",
+            "<=",
+        )
+    if first is None:
+        return Check(
+            "logs.crash_signatures",
+            False,
+            None,
+            0,
+            "matches",
+            "FAILED cannot read log: " + "; ".join(scan.errors),
+            "<=",
+        )
+    counts = ", ".join(f"{k} x{v}" for k, v in scan.counts.items())
+    text = f"FAILED crash signature '{first.signature}' in {first.file}:{first.line_no}: {first.line} (all: {counts})"
+    return Check("logs.crash_signatures", False, sum(scan.counts.values()), 0, "matches", text, "<=")
+
+
+def baseline(reference: dict[str, float | None], now: dict[str, float | None], cfg: GateConfig) -> list[Check]:
+    """Key metrics against the group's reference: higher-is-better >= tol x ref, latencies <= ref / tol."""
+    tol = cfg.baseline.tolerance
+    out = []
+    for name in cfg.baseline.metrics:
+        bv, mv = reference.get(name), now.get(name)
+        if bv is None or mv is None:
+            continue
+        higher, unit, _ = KEY_METRICS[name]
+        required = bv * tol if higher else bv / tol
+        op = ">=" if higher else "<="
+        ok = mv >= required if higher else mv <= required
+        rel = f"{tol:.0%} of" if higher else f"1/{tol:g} x"
+        text = f"{name}: {fmt(mv)} {unit} vs baseline {fmt(bv)} {unit} (required {op} {fmt(required)}, {rel} baseline)"
+        out.append(
+            Check(
+                f"baseline.{name}",
+                ok,
+                round(mv, 3),
+                round(required, 3),
+                unit,
+                text if ok else "FAILED regression: " + text,
+                op,
+            )
+        )
+    return out
+
+
+def verdict(checks: list[Check]) -> str:
+    """'pass' only when at least one check ran and every check passed."""
+    return "pass" if checks and all(c.passed for c in checks) else "fail"
