@@ -25,7 +25,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h20
 
 def _gen_event(n: int, finish: dict | None = None) -> bytes:
     meta = {"id": "r1", "finish_reason": finish, "prompt_tokens": 8, "completion_tokens": n, "cached_tokens": 0}
-    return b"data: " + json.dumps({"text": "tok " * n, "output_ids": list(range(n)), "meta_info": meta}).encode() + b"\n\n"
+    return (
+        b"data: " + json.dumps({"text": "tok " * n, "output_ids": list(range(n)), "meta_info": meta}).encode() + b"\n\n"
+    )
 
 
 def _gen_stream(n: int, finish: dict | None, done: bool = True) -> bytes:
@@ -42,7 +44,8 @@ STREAMS: dict[str, bytes] = {
     "stop_with_ignore_eos": _gen_stream(4, {"type": "stop", "matched": 2}),
     "nan": _gen_stream(1, {"type": "stop", "matched": "NaN happened"}),
     "no_done": _gen_stream(4, LENGTH, done=False),
-    "error_event": _gen_event(1) + b'data: {"error": {"message": "CUDA error: an illegal memory access"}}\n\n'
+    "error_event": _gen_event(1)
+    + b'data: {"error": {"message": "CUDA error: an illegal memory access"}}\n\n'
     + b"data: [DONE]\n\n",
     "chat_error": (FIXTURES / "overflow_chat_error.sse").read_bytes(),
     "huge_event": b"data: " + b"x" * (9 * 1024 * 1024),

@@ -28,6 +28,19 @@ URL = "http://127.0.0.1:9"  # never contacted: config errors stop the gate first
         ({"readiness": {"timeout_s": None}}, "readiness.timeout_s: must be a number > 0 (got None)"),
         ({"thruput": {}}, "thruput: unknown key (allowed here: progress_interval_s, readiness, throughput"),
         ({"logs": {"extra_signatures": [{"name": "x", "pattern": "("}]}}, "not a valid regular expression"),
+        ({"throughput": {"num_prompts": True}}, "throughput.num_prompts: must be a whole number > 0 (got True)"),
+        ({"stability": {"enabled": "yes"}}, "stability.enabled: must be true or false (got 'yes')"),
+        (
+            {"throughput": {"min_total_tok_s": "100"}},
+            "throughput.min_total_tok_s: must be a number > 0 (or null) (got '100')",
+        ),
+        ({"readiness": {"timeout_s": float("inf")}}, "readiness.timeout_s: must be a finite number > 0 (got inf)"),
+        (
+            {"stability": {"step_timeout_s": float("nan")}},
+            "stability.step_timeout_s: must be a finite number > 0 (got nan)",
+        ),
+        ({"throughput": {"repeats": 0}}, "throughput.repeats: must be a whole number > 0 and <= 20 (got 0)"),
+        ({"throughput": {"max_spread": -0.1}}, "throughput.max_spread: must be a number > 0 and <= 10 (got -0.1)"),
     ],
 )
 def test_bad_field_is_named(tmp_path, capsys, overrides, expected):
@@ -37,6 +50,26 @@ def test_bad_field_is_named(tmp_path, capsys, overrides, expected):
     assert expected in err
     assert "Traceback" not in err + out
     assert not (tmp_path / "r" / "report.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "throughput:\n  num_prompts: 5\n  num_prompts: 6\n",
+            "duplicate key 'num_prompts' at line 3 (first at line 2)",
+        ),
+        ("throughput: {}\nthroughput: {}\n", "duplicate key 'throughput' at line 2 (first at line 1)"),
+        ("", "the file is empty"),
+        ("# only a comment\n", "the file is empty"),
+        ("- 1\n- 2\n", "the top level must be a mapping"),
+    ],
+)
+def test_yaml_shape_errors_are_named(tmp_path, capsys, text, expected):
+    cfg = tmp_path / "gate.yml"
+    cfg.write_text(text)
+    code, out, err = run_gate(capsys, "gate", "--url", URL, "--config", str(cfg), "--report", str(tmp_path / "r"))
+    assert code == 2 and expected in err and "Traceback" not in out + err
 
 
 def test_missing_file_and_bad_yaml(tmp_path, capsys):
@@ -56,6 +89,7 @@ def test_missing_file_and_bad_yaml(tmp_path, capsys):
         (["--label", "novalue"], "--label: must be key=value"),
         (["--log", "/nonexistent/server.log"], "--log: file not found"),
         (["--update-baseline"], "--update-baseline: needs --baseline FILE"),
+        (["--promote-baseline"], "--promote-baseline: needs --baseline FILE"),
         (["--patch-record", "/nonexistent/patches.json"], "--patch-record: patch record not found"),
     ],
 )
@@ -65,12 +99,43 @@ def test_bad_usage_is_named(tmp_path, capsys, extra, expected):
     assert code == 2 and expected in err and "Traceback" not in err
 
 
-def test_bad_url_is_named(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("localhost:30000", "--url: must look like http://HOST:PORT"),
+        ("http://127.0.0.1:99999", "--url: bad port"),
+        ("http://127.0.0.1:0", "--url: bad port"),
+        ("http://127.0.0.1:30000/?x=1", "no query, fragment or spaces"),
+        ("http://user:pw@127.0.0.1:30000", "must not carry credentials"),
+        ("ftp://127.0.0.1:30000", "--url: must look like http://HOST:PORT"),
+    ],
+)
+def test_bad_url_is_named(tmp_path, capsys, url, expected):
     cfg = write_config(tmp_path)
+    code, _, err = run_gate(capsys, "gate", "--url", url, "--config", str(cfg), "--report", str(tmp_path / "r"))
+    assert code == 2 and expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ("[1, 2]", "must be a JSON object"),
+        ("{bad", "is not valid JSON"),
+        ('{"fixes": ["dsa"]}', "fixes: must be an object"),
+        (
+            '{"fixes": {"dsa-fp8-page-table-guard": {"status": 3}}}',
+            "fixes.dsa-fp8-page-table-guard.status: must be a string",
+        ),
+    ],
+)
+def test_malformed_patch_record_is_named(tmp_path, capsys, record, expected):
+    cfg = write_config(tmp_path)
+    rec = tmp_path / "patches.json"
+    rec.write_text(record)
     code, _, err = run_gate(
-        capsys, "gate", "--url", "localhost:30000", "--config", str(cfg), "--report", str(tmp_path / "r")
+        capsys, "gate", "--url", URL, "--config", str(cfg), "--report", str(tmp_path / "r"), "--patch-record", str(rec)
     )
-    assert code == 2 and "--url: must look like http://HOST:PORT" in err
+    assert code == 2 and "--patch-record" in err and expected in err and "Traceback" not in err
 
 
 def test_missing_required_flag_is_usage_error(capsys):

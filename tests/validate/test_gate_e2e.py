@@ -481,3 +481,81 @@ def test_docker_log_without_name_is_usage_error(tmp_path, capsys):
         "docker:",
     )
     assert code == 2 and "docker:NAME needs a container name" in err
+
+
+def _gate_subprocess(eng, cfg, report, nofile: tuple[int, int]):
+    import resource
+
+    return subprocess.run(
+        [sys.executable, "-m", "validate", "gate", "--url", eng.url, "--config", str(cfg), "--report", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile),
+    )
+
+
+def test_gate_raises_its_open_file_limit_or_refuses_the_step_that_cannot_fit(engine_factory, tmp_path):
+    eng = engine_factory()
+    cfg = write_config(
+        tmp_path,
+        merge(ONLY_READINESS, {"stability": {"enabled": True, "concurrency": [8, 300], "requests_per_step": 8}}),
+    )
+    # soft 100 but hard 4096: the gate raises the soft limit itself and both steps run
+    proc = _gate_subprocess(eng, cfg, tmp_path / "raised", (100, 4096))
+    rep = load_report(tmp_path / "raised")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "open-file limit raised 100 -> 364" in proc.stdout
+    assert rep["phases"]["open_files"]["soft"] == 364 and check(rep, "stability.concurrency_300")["passed"]
+    # hard 200: it cannot; the 300-stream step is refused by name, the 8-stream step still runs
+    proc = _gate_subprocess(eng, cfg, tmp_path / "capped", (100, 200))
+    rep = load_report(tmp_path / "capped")
+    assert proc.returncode == 1
+    assert check(rep, "stability.concurrency_8")["passed"]
+    c = check(rep, "stability.concurrency_300")
+    assert not c["passed"] and "needs 364 open files for 300 concurrent streams" in c["message"]
+    assert "may open 200 (hard limit 200)" in c["message"]
+
+
+def test_finalize_judges_the_gate_window_log_before_the_baseline_is_written(engine_factory, tmp_path, capsys):
+    eng = engine_factory()
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 8}}))
+    baseline = tmp_path / "baseline.json"
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r", "--baseline", str(baseline))
+    assert code == 0 and not baseline.exists()
+    window = tmp_path / "window.log"
+    # what SGLang >= 0.5.17 logs when a decode step produced NaN (utils/async_probe.py)
+    window.write_text("[2026-12-03 08:00:01 TP0] NaN detected in sampler: next_token_logits; values were sanitized\n")
+    code, _, _ = run_gate(
+        capsys,
+        "finalize",
+        "--report",
+        str(tmp_path / "r"),
+        "--log",
+        str(window),
+        "--baseline",
+        str(baseline),
+        "--update-baseline",
+    )
+    rep = load_report(tmp_path / "r")
+    c = check(rep, "logs.crash_signatures")
+    assert code == 1 and rep["verdict"] == "fail" and rep["exit_code"] == 1 and not c["passed"]
+    assert "nan_in_decode" in c["message"] and str(window) in c["message"]
+    assert rep["failed_checks"] == ["logs.crash_signatures"] and not baseline.exists()
+    assert rep["phases"]["logs"]["files"] == [str(eng.log), str(window)]  # the gate's own log scanned again
+    assert "FAIL" in (tmp_path / "r" / "summary.md").read_text()
+    window.write_text("[2026-12-03 08:00:01 TP0] Decode batch. #running-req: 8\n")
+    code, _, _ = run_gate(
+        capsys,
+        "finalize",
+        "--report",
+        str(tmp_path / "r"),
+        "--log",
+        str(window),
+        "--baseline",
+        str(baseline),
+        "--update-baseline",
+    )
+    rep = load_report(tmp_path / "r")
+    assert code == 0 and rep["verdict"] == "pass" and baseline.exists() and rep["baseline"]["updated"] is True

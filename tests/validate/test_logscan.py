@@ -48,7 +48,10 @@ REAL_LINES = [
         "milliseconds before timing out.",
         "nccl_error",
     ),
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 94.97 GiB", "oom"),
+    (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 94.97 GiB",
+        "oom",
+    ),
     # sglang 0.5.17 model_executor/pool_configurator.py
     ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "oom"),
     # the NVIDIA kernel driver (dmesg)
@@ -56,14 +59,17 @@ REAL_LINES = [
     # sglang 0.5.9-0.5.23 managers/scheduler.py: logger.error(f"Scheduler hit an exception: {traceback}")
     ("[2026-12-02 18:40:01 TP0] Scheduler hit an exception: Traceback (most recent call last):", "scheduler_exception"),
     # sglang 0.5.17 entrypoints/engine.py
-    ("[2026-12-02 18:40:01] Received sigquit from a child process. It usually means the child failed.", "scheduler_exception"),
+    (
+        "[2026-12-02 18:40:01] Received sigquit from a child process. It usually means the child failed.",
+        "scheduler_exception",
+    ),
 ]
 
 BENIGN = [
     "[2026-12-02 18:36:59 TP0] [AR] All-reduce call path: NCCL (custom AR disabled)",  # 0.5.17 parallel_state.py
     "[2026-12-02 18:37:05] KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.5",
     "server_args=ServerArgs(model_path='/tmp/model', tokenizer_path='/tmp/model', max_prefill_tokens=16384)",
-    "INFO:     127.0.0.1:51234 - \"POST /generate HTTP/1.1\" 200 OK",
+    'INFO:     127.0.0.1:51234 - "POST /generate HTTP/1.1" 200 OK',
     "generated text: Bra nan enumeration",  # 'nan' as a word in model output is no crash
 ]
 
@@ -124,7 +130,9 @@ def test_extra_signatures_apply_and_unreadable_file_is_an_error(tmp_path):
 def test_a_large_log_is_scanned_in_bounded_memory(tmp_path):
     """A log with thousands of matches and one 3 MB line: memory stays far below the file's size."""
     log = tmp_path / "big.log"
-    filler = "[2026-12-02 18:40:01 TP0] Decode batch. #running-req: 256, #token: 65536, gen throughput (token/s): 1900.0\n"
+    filler = (
+        "[2026-12-02 18:40:01 TP0] Decode batch. #running-req: 256, #token: 65536, gen throughput (token/s): 1900.0\n"
+    )
     with open(log, "w") as f:
         for i in range(100_000):
             f.write(filler)

@@ -1,0 +1,117 @@
+"""The group baseline: first pass writes, ordinary passes never replace, promotion keeps history, gates race safely."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import stat
+from pathlib import Path
+
+import pytest
+
+from validate import baseline
+from validate.files import dumps, write_json_atomic
+
+
+def _report(total: float, host: str, verdict: str = "pass") -> dict:
+    return {
+        "verdict": verdict,
+        "engine": "sglang",
+        "started_at": f"2026-12-03T08:00:00+00:00/{host}",
+        "labels": {"host": host},
+        "config": {
+            "throughput": {"num_prompts": 256, "input_len": 256, "output_len": 128, "request_rate": float("inf")}
+        },
+        "key_metrics": {"total_token_throughput": total, "p99_ttft_ms": None},
+    }
+
+
+def test_first_pass_writes_later_passes_do_not_and_promotion_keeps_history(tmp_path):
+    path = tmp_path / "baseline-rtx.json"
+    assert baseline.record(path, _report(1000, "h0", "fail"), promote=False) == (
+        False,
+        "baseline not written: the gate failed",
+    )
+    assert not path.exists()
+    written, note = baseline.record(path, _report(1000, "h1"), promote=False)
+    assert written and "first passing gate" in note
+    # a fleet sliding 5% per host: none of these replace the reference
+    for i, total in enumerate((950, 902, 857), start=2):
+        written, note = baseline.record(path, _report(total, f"h{i}"), promote=False)
+        assert not written and "never replaces" in note
+    ref = baseline.load(path)
+    assert ref is not None and ref.reference.key_metrics["total_token_throughput"] == 1000
+    assert ref.reference.labels == {"host": "h1"} and ref.reference.workload["throughput.request_rate"] == "inf"
+    for i in range(7):
+        assert baseline.record(path, _report(2000 + i, f"p{i}"), promote=True)[0]
+    ref = baseline.load(path)
+    assert ref.reference.key_metrics["total_token_throughput"] == 2006 and ref.reference.how.startswith("promoted")
+    assert [h.key_metrics["total_token_throughput"] for h in ref.history] == [2005, 2004, 2003, 2002, 2001]
+
+
+def _race(args: tuple[str, int]) -> bool:
+    path, i = args
+    return baseline.record(path, _report(1000 + i, f"h{i}"), promote=False)[0]
+
+
+def test_concurrent_first_passes_write_exactly_one_reference(tmp_path):
+    path = str(tmp_path / "baseline.json")
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        wrote = pool.map(_race, [(path, i) for i in range(16)])
+    assert sum(wrote) == 1
+    ref = baseline.load(path)
+    winner = wrote.index(True)
+    assert ref.reference.key_metrics["total_token_throughput"] == 1000 + winner and ref.history == []
+    assert not list(tmp_path.glob(".*.tmp"))  # no temp file left behind
+
+
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ([], "must be a JSON object"),
+        ({"schema": "other/1", "reference": {}}, "schema 'other/1'"),
+        ({"schema": baseline.SCHEMA, "reference": {"engine": "sglang", "workload": {}}}, "reference.key_metrics"),
+        (
+            {"schema": baseline.SCHEMA, "reference": {"engine": "", "workload": {}, "key_metrics": {}}},
+            "reference.engine",
+        ),
+        ({"verdict": "fail", "engine": "sglang"}, "not a baseline and not a passing report"),
+        (
+            {"schema": baseline.SCHEMA, "reference": {"engine": "x", "workload": {}, "key_metrics": {"a": "fast"}}},
+            "key_metrics.a",
+        ),
+    ],
+)
+def test_malformed_baselines_name_the_field(tmp_path, doc, fragment):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(baseline.BaselineError) as exc:
+        baseline.load(path)
+    assert fragment in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_unusable_file_is_not_overwritten_by_an_ordinary_pass(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text("{not json")
+    written, note = baseline.record(path, _report(1000, "h1"), promote=False)
+    assert not written and "unusable" in note and path.read_text() == "{not json"
+    assert baseline.record(path, _report(1000, "h1"), promote=True)[0]
+
+
+def test_legacy_passing_report_is_read_as_a_reference(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(_report(1234, "old"), allow_nan=True))  # older reports carried Infinity
+    ref = baseline.load(path)
+    assert ref.reference.key_metrics["total_token_throughput"] == 1234 and ref.reference.how == "legacy report"
+    assert ref.reference.workload["throughput.request_rate"] == "inf"
+
+
+def test_written_json_is_strict_and_world_readable(tmp_path):
+    path = tmp_path / "r" / "report.json"
+    write_json_atomic(path, {"rate": float("inf"), "neg": float("-inf"), "nan": float("nan"), "n": [1.5]})
+    text = path.read_text()
+    assert json.loads(text) == {"rate": "inf", "neg": "-inf", "nan": None, "n": [1.5]}
+    assert "Infinity" not in text and "NaN" not in text
+    assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044  # group and others can read
+    assert dumps({"a": 1}) == '{\n  "a": 1\n}\n'
+    assert not list(Path(path.parent).glob(".*.tmp"))

@@ -1,0 +1,148 @@
+"""Each verdict rule alone, on hand-built measurements: values, not only names."""
+
+from __future__ import annotations
+
+import pytest
+
+from validate import checks as judge
+from validate.config import parse_config
+from validate.load import LoadResult
+from validate.metrics import RequestResult, compute_metrics
+from validate.phases import Health, Readiness, SingleStream, StabilityStep, Throughput
+
+
+def _ok(start: float, latency: float, out: int = 4, ttft: float = 0.1) -> RequestResult:
+    gap = (latency - ttft) / (out - 1)
+    return RequestResult(
+        success=True,
+        prompt_len=10,
+        output_len=out,
+        start_time=start,
+        latency=latency,
+        ttft=ttft,
+        itl=[gap] * (out - 1),
+        text_chars=8,
+    )
+
+
+def _bad(reason: str, error: str = "x") -> RequestResult:
+    r = RequestResult(prompt_len=10)
+    r.fail(reason, error)
+    return r
+
+
+def _run(n_ok: int, duration: float, bad: list[RequestResult] | None = None) -> LoadResult:
+    results = [_ok(i * 0.01, 1.0) for i in range(n_ok)] + (bad or [])
+    return LoadResult(results, compute_metrics(results, duration), False, 30.0)
+
+
+CFG = parse_config({"throughput": {"min_total_tok_s": 100, "max_spread": 0.1}, "baseline": {"tolerance": 0.9}})
+
+
+def test_floors_compare_the_median_of_the_runs():
+    # total tok/s per run: 14*10/d -> d=1.0: 140, d=1.4: 100, d=0.7: 200 => median 140
+    tp = Throughput([_run(10, 1.0), _run(10, 1.4), _run(10, 0.7)], 30.0)
+    assert tp.median["total_throughput"] == pytest.approx(140.0)
+    assert tp.median["completed"] == 30 and tp.median["total_output"] == 120
+    c = {x.name: x for x in judge.throughput(tp, CFG)}
+    assert c["throughput.total_tok_s"].passed and c["throughput.total_tok_s"].measured == pytest.approx(140.0)
+    assert "(median of 3 runs)" in c["throughput.total_tok_s"].message
+    # spread = (200 - 100) / 140 over the gated metric total_token_throughput
+    s = c["throughput.spread"]
+    assert not s.passed and s.measured == pytest.approx(100 / 140, abs=1e-4) and s.required == 0.1
+    assert s.message.startswith("FAILED unstable measurement:") and "total_token_throughput spread 71.4%" in s.message
+
+
+def test_a_stable_measurement_passes_the_spread_check_at_its_limit():
+    tp = Throughput([_run(10, 1.0), _run(10, 1.0), _run(10, 1.0)], 30.0)
+    s = judge.spread(tp, CFG)
+    assert s is not None and s.passed and s.measured == 0.0
+    assert judge.spread(Throughput([_run(10, 1.0)], 30.0), CFG) is None  # one run: nothing to compare
+
+
+def test_failed_requests_message_carries_the_histogram():
+    bad = [_bad("abort", "aborted by the server: The request queue is full. (status 503)")] * 3 + [_bad("short")]
+    tp = Throughput([_run(4, 1.0, bad)], 30.0)
+    c = {x.name: x for x in judge.throughput(tp, CFG)}["throughput.failed_requests"]
+    assert not c.passed and c.measured == 4 and c.required == 0
+    assert "4 of 8 requests failed (allowed 0); by reason: abort x3, short x1" in c.message
+    assert "first error: aborted by the server: The request queue is full." in c.message
+    allowed = parse_config({"throughput": {"max_failed": 4}})
+    assert {x.name: x for x in judge.throughput(tp, allowed)}["throughput.failed_requests"].passed
+
+
+def test_latency_ceiling_fails_when_nothing_completed():
+    cfg = parse_config({"throughput": {"max_p99_ttft_ms": 5000}})
+    tp = Throughput([_run(0, 1.0, [_bad("abort")])], 30.0)
+    c = {x.name: x for x in judge.throughput(tp, cfg)}["throughput.p99_ttft_ms"]
+    assert not c.passed and c.measured is None
+
+
+def test_threshold_floor_and_ceiling_edges():
+    assert judge.threshold("a", 10.0, 10.0, ">=", "tok/s", "x").passed
+    assert not judge.threshold("a", 9.99, 10.0, ">=", "tok/s", "x").passed
+    assert judge.threshold("b", 10.0, 10.0, "<=", "ms", "y").passed
+    assert not judge.threshold("b", 10.01, 10.0, "<=", "ms", "y").passed
+    assert judge.threshold("c", 1.0, None, ">=", "", "z") is None
+
+
+def test_single_stream_failure_and_decode_speed():
+    fail = _bad("error_event", "server error in stream: boom")
+    [c] = judge.single_stream(SingleStream(fail, 10), parse_config({}))
+    assert c.name == "single_stream.request" and not c.passed and "(error_event)" in c.message
+    # 11 tokens, TTFT 0.5 s, E2E 1.5 s -> 10 tokens in 1 s
+    ok = RequestResult(success=True, output_len=11, ttft=0.5, latency=1.5, text_chars=5)
+    ss = SingleStream(ok, 10)
+    assert ss.decode_tok_s == pytest.approx(10.0)
+    cs = judge.single_stream(ss, parse_config({"single_stream": {"min_decode_tok_s": 30, "max_ttft_ms": 400}}))
+    assert [(c.name, c.passed, c.measured) for c in cs] == [
+        ("single_stream.decode_tok_s", False, 10.0),
+        ("single_stream.ttft_ms", False, 500.0),
+    ]
+
+
+def test_stability_step_dead_server_and_refusal():
+    cfg = parse_config({"stability": {"max_failed": 0}})
+    lr = _run(3, 1.0, [_bad("cut_stream", "server closed the stream mid-response")])
+    dead = StabilityStep(2, 3, 32, 4, load=lr, health=Health("after", False, "cannot connect", 5))
+    c = judge.stability_step(dead, cfg)
+    assert c.name == "stability.concurrency_32" and not c.passed and c.measured == 1
+    assert "step 2/3 (concurrency 32)" in c.message and "died or wedged" in c.message and "cut_stream x1" in c.message
+    alive = StabilityStep(1, 3, 16, 3, load=_run(3, 1.0), health=Health("after", True, "", 5))
+    assert judge.stability_step(alive, cfg).passed
+    refused = StabilityStep(3, 3, 1024, 1024, refused="needs 1088 open files")
+    r = judge.stability_step(refused, cfg)
+    assert not r.passed and "refused: needs 1088 open files" in r.message
+
+
+def test_output_check_counts_nan_and_empty_among_finished_requests():
+    nan = _bad("nan")
+    nan.finish_reason = {"type": "stop", "matched": "NaN happened"}
+    empty = RequestResult(success=True, output_len=3, text_chars=0)
+    c = judge.output([nan, empty, _ok(0, 1), _bad("abort")])
+    assert c is not None and not c.passed and c.measured == 2 and "2 of 3 finished requests" in c.message
+    assert judge.output([_bad("abort")]) is None
+
+
+def test_baseline_rule_math():
+    ref = {"total_token_throughput": 1000.0, "p99_ttft_ms": 100.0}
+    cfg = parse_config({"baseline": {"tolerance": 0.9, "metrics": ["total_token_throughput", "p99_ttft_ms"]}})
+    ok = judge.baseline(ref, {"total_token_throughput": 900.0, "p99_ttft_ms": 111.1}, cfg)
+    assert [(c.name, c.passed, c.required) for c in ok] == [
+        ("baseline.total_token_throughput", True, 900.0),
+        ("baseline.p99_ttft_ms", True, pytest.approx(111.111, abs=1e-3)),
+    ]
+    bad = judge.baseline(ref, {"total_token_throughput": 899.0, "p99_ttft_ms": 111.2}, cfg)
+    assert [c.passed for c in bad] == [False, False] and bad[0].message.startswith("FAILED regression:")
+    assert judge.baseline(ref, {"total_token_throughput": None}, cfg) == []
+
+
+def test_readiness_health_and_verdict():
+    assert judge.readiness(Readiness(True, 3.2), 30).passed
+    r = judge.readiness(Readiness(False, 30, "/health: HTTP 503"), 30)
+    assert not r.passed and "not ready within 30s" in r.message and "HTTP 503" in r.message
+    assert judge.health("x", Health("after", True, "", 5)) is None
+    h = judge.health("throughput", Health("after the throughput phase", False, "no answer within 5s", 5))
+    assert h is not None and h.name == "throughput.server_healthy_after" and not h.passed
+    assert judge.verdict([]) == "fail" and judge.verdict([r]) == "fail"
+    assert judge.verdict([judge.readiness(Readiness(True, 1), 9)]) == "pass"
