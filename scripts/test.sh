@@ -30,14 +30,23 @@ run_lint() {
   ansible-lint
 }
 
-run_pytest() {
-  banner "pytest"
+pytest_or_fail() {
   set +e
   python -m pytest "$@"
   rc=$?
   set -e
   if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi
   [ "$rc" -eq 0 ] || exit "$rc"
+}
+
+run_pytest() {
+  if [ "$#" -gt 0 ]; then banner "pytest $*"; pytest_or_fail "$@"; return; fi
+  # The gate and test-engine suites are loopback-only and independent: two workers (pytest-xdist).
+  # The images/roles suites share one Docker daemon and its names: one process.
+  banner "pytest: validate, testengine (2 workers)"
+  pytest_or_fail -n 2 --dist loadfile tests/validate tests/testengine
+  banner "pytest: images, roles, benchmarks"
+  pytest_or_fail tests/images tests/roles tests/benchmarks
 }
 
 run_molecule() {

@@ -146,3 +146,23 @@ def test_readiness_health_and_verdict():
     assert h is not None and h.name == "throughput.server_healthy_after" and not h.passed
     assert judge.verdict([]) == "fail" and judge.verdict([r]) == "fail"
     assert judge.verdict([judge.readiness(Readiness(True, 1), 9)]) == "pass"
+
+
+def _lat_run(latency: float, duration: float) -> LoadResult:
+    results = [_ok(i * 0.01, latency) for i in range(10)]
+    return LoadResult(results, compute_metrics(results, duration), False, 30.0)
+
+
+def test_spread_is_judged_on_the_compared_metrics_only_and_names_the_worst():
+    # two runs: throughput 140 vs 100 (spread 1/3), p99 E2E 1000 ms vs 1500 ms (spread 0.4)
+    tp = Throughput([_lat_run(1.0, 1.0), _lat_run(1.5, 1.4)], 30.0)
+    only_e2e = parse_config({"throughput": {"max_p99_e2e_ms": 5000, "max_spread": 0.35}, "baseline": {"metrics": []}})
+    s = judge.spread(tp, only_e2e)
+    assert s is not None and not s.passed and "p99_e2e_latency_ms spread 40.0%" in s.message
+    only_tput = parse_config({"throughput": {"max_spread": 0.35}, "baseline": {"metrics": ["total_token_throughput"]}})
+    s = judge.spread(tp, only_tput)
+    assert s is not None and s.passed and s.measured == pytest.approx(40 / 120, abs=1e-4)
+    both = parse_config({"throughput": {"min_total_tok_s": 1, "max_p99_e2e_ms": 5000}, "baseline": {"metrics": []}})
+    assert "p99_e2e_latency_ms" in judge.spread(tp, both).message  # the worst of the compared metrics
+    nothing = parse_config({"baseline": {"metrics": ["single_stream_decode_tok_s"]}})
+    assert judge.spread(tp, nothing) is None  # no load metric compared: nothing to be unstable
