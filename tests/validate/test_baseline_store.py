@@ -115,3 +115,14 @@ def test_written_json_is_strict_and_world_readable(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044  # group and others can read
     assert dumps({"a": 1}) == '{\n  "a": 1\n}\n'
     assert not list(Path(path.parent).glob(".*.tmp"))
+
+
+def test_a_baseline_that_turns_malformed_during_the_load_is_reported_not_raised(tmp_path):
+    from validate.config import parse_config
+    from validate.gate import compare_baseline
+
+    path = tmp_path / "b.json"
+    path.write_text('{"schema": "sglang-gate-baseline/2", "reference": {"engine": "sglang"}}')
+    info, checks = compare_baseline(str(path), "sglang", parse_config({}), {"total_token_throughput": 1.0})
+    assert checks == [] and info["used"] is False
+    assert info["note"].startswith("baseline not compared:") and "reference.workload" in info["note"]

@@ -45,3 +45,22 @@ def test_model_name_prefers_v1_models():
     assert model_name(SGLANG_INFO, {"data": [{"id": "glm-5-served"}]}) == "glm-5-served"
     assert model_name(SGLANG_INFO, None) == "glm-5"
     assert model_name(None, None) == "default"
+
+
+def test_real_server_info_redacts_exact_secret_names_only():
+    """SGLang 0.5.17's real /get_server_info: tokenizer_path and max_*_tokens are not secrets."""
+    import json
+    from pathlib import Path
+
+    real = json.loads(
+        (Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.17-h200/get_server_info.json").read_text()
+    )
+    real["api_key"], real["admin_api_key"] = "sk-live", "sk-admin"
+    out = redact(real)
+    assert out["api_key"] == REDACTED and out["admin_api_key"] == REDACTED
+    assert out["tokenizer_path"] == real["tokenizer_path"] and out["max_prefill_tokens"] == real["max_prefill_tokens"]
+    assert out["ssl_keyfile_password"] is None  # nothing to hide
+    changed = [k for k in real if out[k] != real[k]]
+    assert sorted(changed) == ["admin_api_key", "api_key"]
+    s = summarize(real, None)
+    assert s["engine"] == "sglang" and s["version"] == real["version"] and s["radix_cache"] == "on"
