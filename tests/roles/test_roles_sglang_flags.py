@@ -86,33 +86,99 @@ def test_versioned_flags_without_a_version_label_fail() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "rec", "disabled", "error"),
+    ("policy", "rec", "kv", "radix_off", "chunked_prefix_off"),
     [
-        ("auto", record("applied"), False, False),
-        ("auto", record("upstream"), False, False),
-        ("auto", record("absent"), True, False),
-        ("auto", {}, True, False),
-        ("disabled", record("applied"), True, False),
-        ("enabled", record("applied"), False, False),
-        ("enabled", record("absent"), False, True),
+        ("auto", record("applied"), "fp8_e4m3", False, False),
+        ("auto", record("upstream"), "fp8_e4m3", False, False),
+        # no guard: the fallback that avoids the crash is --disable-chunked-prefix-cache, radix cache kept
+        ("auto", record("absent"), "fp8_e4m3", False, True),
+        ("auto", {}, "fp8_e4m3", False, True),
+        ("enabled", record("absent"), "fp8_e4m3", False, True),
+        ("auto", record("absent"), "auto", False, False),  # BF16 KV never takes the FP8 path
+        ("disabled", record("applied"), "fp8_e4m3", True, False),
+        ("disabled", record("absent"), "fp8_e4m3", True, True),
     ],
 )
-def test_radix_cache_follows_the_patch_record(policy: str, rec: dict, disabled: bool, error: bool) -> None:
-    out = flags.sglang_server_argv(settings(radix_cache=policy), "0.5.24", rec, "120")
-    assert ("--disable-radix-cache" in out["argv"]) is disabled
-    assert out["radix_cache_disabled"] is disabled
-    assert bool(out["errors"]) is error
-    if error:
-        assert "sglang_server_radix_cache" in out["errors"][0]
+def test_crash_fallback_follows_the_patch_record(policy, rec, kv, radix_off, chunked_prefix_off) -> None:
+    out = flags.sglang_server_argv(settings(radix_cache=policy, kv_cache_dtype=kv), "0.5.23", rec, "120")
+    assert out["errors"] == []
+    assert ("--disable-radix-cache" in out["argv"]) is radix_off and out["radix_cache_disabled"] is radix_off
+    assert ("--disable-chunked-prefix-cache" in out["argv"]) is chunked_prefix_off
+    if chunked_prefix_off:
+        assert any("page_table_1_flattened" in w for w in out["warnings"])
 
 
-def test_allreduce_fusion_is_dropped_on_sm120() -> None:
+def test_allreduce_fusion_is_dropped_on_sm120_and_renamed_where_the_release_renamed_it() -> None:
     s = settings(enable_flashinfer_allreduce_fusion=True)
     on_120 = flags.sglang_server_argv(s, "0.5.9", record("applied"), "120")
     on_100 = flags.sglang_server_argv(s, "0.5.9", record("applied"), "100")
     assert "--enable-flashinfer-allreduce-fusion" not in on_120["argv"]
     assert on_120["warnings"]
     assert "--enable-flashinfer-allreduce-fusion" in on_100["argv"]
+    new = flags.sglang_server_argv(s, "0.5.18", record("applied"), "100")
+    assert pairs(new["argv"])["--flashinfer-allreduce-fusion-backend"] == "auto"
+    assert "--enable-flashinfer-allreduce-fusion" not in new["argv"] and new["errors"] == []
+
+
+@pytest.mark.parametrize(
+    ("over", "version", "needle"),
+    [
+        (
+            {"attention_backend": "dsa"},
+            "0.5.12.post1",
+            "sglang_server_attention_backend=dsa is refused by SGLang 0.5.12.post1",
+        ),
+        (
+            {"attention_backend": "cutlass_mla"},
+            "0.5.20",
+            "sglang_server_attention_backend=cutlass_mla is refused by SGLang 0.5.20",
+        ),
+        (
+            {"extra_args": ["--enable-warp-drive"]},
+            "0.5.17",
+            "sglang_server_extra_args (--enable-warp-drive): SGLang 0.5.17 has no flag",
+        ),
+        (
+            {"extra_args": ["--cuda-graph-bs-decode", "8"]},
+            "0.5.12",
+            "sglang_server_extra_args (--cuda-graph-bs-decode): SGLang 0.5.12 has no flag",
+        ),
+    ],
+)
+def test_values_a_release_refuses_are_refused_by_name(over: dict, version: str, needle: str) -> None:
+    out = flags.sglang_server_argv(settings(**over), version, record("applied"), "100")
+    assert any(needle in e for e in out["errors"]), out["errors"]
+    assert any(needle in e for e in flags.sglang_server_check(settings(**over), 8, version))  # preflight too
+
+
+def test_accepted_values_pass_on_the_releases_that_accept_them() -> None:
+    assert (
+        flags.sglang_server_argv(settings(attention_backend="dsa"), "0.5.13", record("applied"), "100")["errors"] == []
+    )
+    assert (
+        flags.sglang_server_argv(settings(attention_backend="cutlass_mla"), "0.5.19", record("applied"), "100")[
+            "errors"
+        ]
+        == []
+    )
+
+
+def test_deprecated_tool_call_parser_is_a_warning_naming_the_replacement() -> None:
+    out = flags.sglang_server_argv(settings(tool_call_parser="glm45"), "0.5.17", record("applied"), "120")
+    assert out["errors"] == []
+    assert any(
+        "sglang_server_tool_call_parser=glm45 is deprecated in SGLang 0.5.17" in w and "glm47" in w
+        for w in out["warnings"]
+    )
+    ok = flags.sglang_server_argv(settings(tool_call_parser="glm47"), "0.5.17", record("applied"), "120")
+    assert not any("tool_call_parser" in w for w in ok["warnings"])
+
+
+def test_a_version_older_than_every_table_is_refused_and_a_newer_one_uses_the_newest() -> None:
+    old = flags.sglang_server_argv(settings(), "0.4.9", record("applied"), "120")
+    assert any("older than every supported release" in e for e in old["errors"])
+    new = flags.sglang_server_argv(settings(), "0.5.24", record("applied"), "120")
+    assert new["flag_table"] == "0.5.23" and any("checked against 0.5.23" in w for w in new["warnings"])
 
 
 @pytest.mark.parametrize(
@@ -146,3 +212,56 @@ def test_extra_args_are_appended_verbatim() -> None:
 
 def test_env_values_become_strings() -> None:
     assert flags.sglang_server_str_values({"A": 1, "B": True, "C": "x"}) == {"A": "1", "B": "true", "C": "x"}
+
+
+def _example_settings() -> tuple[dict[str, Any], int, str]:
+    """inventory/example's server settings (all + the rtx_pro_6000 profile), keyed like the role's vars."""
+    import yaml
+    from roles_testlib import REPO
+
+    merged: dict[str, Any] = {}
+    for f in ("all/main.yml", "rtx_pro_6000.yml"):
+        merged.update(yaml.safe_load((REPO / "inventory/example/group_vars" / f).read_text()))
+    keys = [
+        "model_path",
+        "served_model_name",
+        "tp_size",
+        "quantization",
+        "kv_cache_dtype",
+        "attention_backend",
+        "dsa_prefill_backend",
+        "dsa_decode_backend",
+        "moe_runner_backend",
+        "max_running_requests",
+        "mem_fraction_static",
+        "chunked_prefill_size",
+        "disable_cuda_graph",
+        "cuda_graph_max_bs",
+        "stream_interval",
+        "enable_metrics",
+        "trust_remote_code",
+        "reasoning_parser",
+        "tool_call_parser",
+        "disable_custom_all_reduce",
+        "disable_shared_experts_fusion",
+        "enable_flashinfer_allreduce_fusion",
+        "radix_cache",
+        "extra_args",
+    ]
+    s = {k: merged.get(f"sglang_server_{k}", "") for k in keys}
+    s.update(listen_host="0.0.0.0", port=merged.get("sglang_server_port", 30000), extra_args=s["extra_args"] or [])
+    return s, merged["sglang_gpu_count"], merged["sglang_gpu_arch"]
+
+
+@pytest.mark.parametrize("version", sorted(p.name[7:-5] for p in flags.TABLES.glob("sglang-*.json")))
+@pytest.mark.parametrize("guard", ["applied", "absent"])
+def test_example_inventory_renders_only_what_each_release_accepts(version: str, guard: str) -> None:
+    s, gpus, arch = _example_settings()
+    assert flags.sglang_server_check(s, gpus, version) == []
+    out = flags.sglang_server_argv(s, version, record(guard), arch)
+    assert out["errors"] == [] and out["flag_table"] == version
+    table = flags.flag_table(version)[0]["flags"]
+    rendered = [a for a in out["argv"] if a.startswith("--")]
+    assert all(f in table and not table[f].get("deprecated") for f in rendered), rendered
+    assert not [w for w in out["warnings"] if "deprecated" in w]  # the example uses no deprecated flag or value
+    assert pairs(out["argv"])["--tool-call-parser"] == "glm47"

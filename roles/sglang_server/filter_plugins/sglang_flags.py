@@ -7,13 +7,24 @@ and the allowed values, so a bad inventory stops in preflight before any host ch
 
 Both the production image (``python3 -m sglang.launch_server``) and the test engine
 (``python3 -m testengine``) receive the same argv (docs/architecture.md).
+
+Which flags and values a release accepts is not guessed: images/flags/tables/ holds each
+release's table, read from its wheel (images/flags/extract.py). The renderer picks the
+flag names the release has (``--dsa-*`` vs ``--nsa-*``, ``--cuda-graph-max-bs-decode``,
+``--flashinfer-allreduce-fusion-backend``) and refuses any flag or value the release's
+``launch_server`` would refuse, naming the variable, the version and the allowed values.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+TABLES = Path(__file__).resolve().parents[3] / "images" / "flags" / "tables"
 
 PREFIX = "sglang_server_"
 GUARD_FIX = "dsa-fp8-page-table-guard"
@@ -99,8 +110,14 @@ MANAGED_FLAGS: dict[str, str] = {
     "--enable-flashinfer-allreduce-fusion": "enable_flashinfer_allreduce_fusion",
     "--stream-interval": "stream_interval",
     "--disable-radix-cache": "radix_cache",
+    "--disable-chunked-prefix-cache": "radix_cache",
+    "--flashinfer-allreduce-fusion-backend": "enable_flashinfer_allreduce_fusion",
     "--api-key": "api_key",
 }
+# The variable behind a rendered flag, for error messages (the first key of MANAGED_FLAGS wins).
+FLAG_VARIABLE: dict[str, str] = {}
+for _flag, _key in MANAGED_FLAGS.items():
+    FLAG_VARIABLE.setdefault(_flag, _key)
 
 
 @dataclass
@@ -112,6 +129,7 @@ class Rendered:
     warnings: list[str] = field(default_factory=list)
     radix_cache_disabled: bool = False
     radix_cache_reason: str = ""
+    table: str = ""  # which release's flag table checked the argv
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -120,7 +138,31 @@ class Rendered:
             "warnings": self.warnings,
             "radix_cache_disabled": self.radix_cache_disabled,
             "radix_cache_reason": self.radix_cache_reason,
+            "flag_table": self.table,
         }
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    """'0.5.12.post1' -> (0, 5, 12, 1); '0.5.12' -> (0, 5, 12, 0)."""
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?", text)
+    return tuple(int(g) for g in m.groups(default="0")) if m else ()
+
+
+@functools.lru_cache(maxsize=64)
+def flag_table(version: str) -> tuple[dict[str, Any] | None, str]:
+    """The flag table for ``version``: its own, else the newest older one (with a note); None if none fits."""
+    tables = {p.name[len("sglang-") : -len(".json")]: p for p in TABLES.glob("sglang-*.json")}
+    want = _version_key(str(version))
+    if not want or not tables:
+        return None, f"no flag table for SGLang {version!r}"
+    if str(version).strip() in tables:
+        return json.loads(tables[str(version).strip()].read_text()), ""
+    older = sorted((v for v in tables if _version_key(v) <= want), key=_version_key)
+    if not older:
+        oldest = min(tables, key=_version_key)
+        return None, f"SGLang {version} is older than every supported release (oldest table: {oldest})"
+    used = older[-1]
+    return json.loads(tables[used].read_text()), f"SGLang {version} has no flag table: checked against {used}'s"
 
 
 def parse_version(text: Any) -> tuple[int, ...] | None:
@@ -252,12 +294,64 @@ def _guard_status(patch_record: Any) -> str:
     return str(fix.get("status", "missing"))
 
 
+def _variable(flag: str) -> str:
+    owner = FLAG_VARIABLE.get(flag)
+    return f"{PREFIX}{owner}" if owner else f"{PREFIX}extra_args ({flag})"
+
+
+def check_against_table(argv: list[str], table: dict[str, Any], version: str) -> tuple[list[str], list[str]]:
+    """(errors, warnings): each flag must exist in the release and each value be one of its choices."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    flags = table["flags"]
+    deprecated_values = table.get("deprecated_values") or {}
+    i = 0
+    while i < len(argv):
+        token = str(argv[i])
+        i += 1
+        if not token.startswith("--"):
+            continue
+        flag, eq, inline = token.partition("=")
+        entry = flags.get(flag)
+        if entry is None:
+            errors.append(f"{_variable(flag)}: SGLang {version} has no flag {flag} (launch_server would exit 2)")
+            continue
+        value = inline if eq else None
+        if entry.get("value") and value is None and i < len(argv):
+            value = str(argv[i])
+            i += 1
+        if entry.get("deprecated"):
+            instead = f"; use {entry['new_flag']}" if entry.get("new_flag") else ""
+            warnings.append(f"{_variable(flag)}: {flag} is deprecated in SGLang {version}{instead}")
+        choices = entry.get("choices")
+        if value is not None and isinstance(choices, list) and choices and value not in [str(c) for c in choices]:
+            shown = ", ".join(str(c) for c in choices)
+            errors.append(f"{_variable(flag)}={value} is refused by SGLang {version} {flag} (allowed: {shown})")
+        old = (deprecated_values.get(flag) or {}).get(value or "")
+        if old:
+            warnings.append(
+                f"{_variable(flag)}={value} is deprecated in SGLang {version}: it is rewritten to {old!r}"
+                + (" (the GLM-4.5 detector; GLM-5 uses glm47)" if flag == "--tool-call-parser" else "")
+            )
+    return errors, warnings
+
+
+def _has(table: dict[str, Any] | None, flag: str) -> bool:
+    return bool(table) and flag in table["flags"] and not table["flags"][flag].get("deprecated")
+
+
 def render_argv(
     settings: dict[str, Any], sglang_version: Any = None, patch_record: Any = None, gpu_arch: Any = None
 ) -> Rendered:
     """Render the argv for one SGLang version, image patch record and GPU arch."""
     out = Rendered(errors=check_settings(settings))
     version = parse_version(sglang_version)
+    table, note = flag_table(str(sglang_version)) if version is not None else (None, "")
+    if version is not None and table is None:
+        out.errors.append(f"{PREFIX}sglang_version: {note}")
+    elif note:
+        out.warnings.append(note)
+    out.table = table["sglang_version"] if table else ""
     arch = re.sub(r"\D", "", str(gpu_arch or ""))
     argv = out.argv
 
@@ -285,9 +379,9 @@ def render_argv(
             f"the image has no io.sglang-deploy.sglang.version label ({sglang_version!r}) and {needs} "
             f"render differently per SGLang version: set {PREFIX}sglang_version"
         )
-    # --nsa-* was the real name up to 0.5.12; 0.5.13 added --dsa-* (nsa kept as a deprecated alias,
-    # read from the wheel); --nsa-* is gone from 0.5.20.
-    dsa_word = "nsa" if version is not None and version <= (0, 5, 12) else "dsa"
+    # --nsa-* was the real name up to 0.5.12.post1; 0.5.13 added --dsa-* (nsa a deprecated alias);
+    # --nsa-* is gone from 0.5.20: the release's table says which it has.
+    dsa_word = "dsa" if table is None or _has(table, "--dsa-prefill-backend") else "nsa"
     add(f"--{dsa_word}-prefill-backend", "dsa_prefill_backend")
     add(f"--{dsa_word}-decode-backend", "dsa_decode_backend")
     add("--moe-runner-backend", "moe_runner_backend")
@@ -295,10 +389,10 @@ def render_argv(
     add("--mem-fraction-static", "mem_fraction_static")
     add("--chunked-prefill-size", "chunked_prefill_size")
     switch("--disable-cuda-graph", "disable_cuda_graph")
-    # --cuda-graph-max-bs-decode appeared in 0.5.14 (the old name became its deprecated alias, read
-    # from the wheels) and the old name is gone from 0.5.20.
-    new_graph_flag = version is not None and version >= (0, 5, 14)
-    graph_flag = "--cuda-graph-max-bs-decode" if new_graph_flag else "--cuda-graph-max-bs"
+    # --cuda-graph-max-bs-decode appeared in 0.5.14 (the old name became its deprecated alias) and the
+    # old name is gone from 0.5.20: the release's table says which it has.
+    new_graph = table is None or _has(table, "--cuda-graph-max-bs-decode")
+    graph_flag = "--cuda-graph-max-bs-decode" if new_graph else "--cuda-graph-max-bs"
     add(graph_flag, "cuda_graph_max_bs")
     add("--stream-interval", "stream_interval")
     switch("--enable-metrics", "enable_metrics")
@@ -312,41 +406,58 @@ def render_argv(
             out.warnings.append(
                 f"{PREFIX}enable_flashinfer_allreduce_fusion is a no-op on sm_120 (RTX PRO 6000): not rendered"
             )
-        elif version is not None and version >= (0, 5, 18):
-            out.warnings.append(
-                f"{PREFIX}enable_flashinfer_allreduce_fusion is deprecated in SGLang >= 0.5.18: not rendered"
-            )
+        elif table is not None and "--flashinfer-allreduce-fusion-backend" in table["flags"]:
+            # --enable-flashinfer-allreduce-fusion is deprecated there: "use --flashinfer-allreduce-fusion-backend=auto"
+            argv.extend(["--flashinfer-allreduce-fusion-backend", "auto"])
         else:
             argv.append("--enable-flashinfer-allreduce-fusion")
 
+    # Without the image's DSA guard, FP8 DSA prefill crashes whenever the MHA one-shot path runs
+    # with a prefix: SGLang's dispatch (deepseek_common/attention_backend_handler.py) takes it when
+    # sum(prefix) >= SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD and not disable_chunked_prefix_cache, or
+    # when there is no prefix at all. Chunked prefill gives later chunks of a long prompt a prefix
+    # even without the radix cache, so --disable-radix-cache does not avoid it;
+    # --disable-chunked-prefix-cache leaves only the prefix-free case, which never reads the page
+    # table. So that is the fallback, and the radix cache is kept.
     radix = str(settings.get("radix_cache") or "auto").strip()
     guard = _guard_status(patch_record)
     guard_missing = guard in ("absent", "missing")
+    fp8_kv = str(settings.get("kv_cache_dtype") or "").startswith("fp8")
+    if guard_missing and fp8_kv:
+        argv.append("--disable-chunked-prefix-cache")
+        out.warnings.append(
+            f"patch record: {GUARD_FIX} is {guard}: --disable-chunked-prefix-cache added so FP8 DSA prefill "
+            "never reads page_table_1_flattened (the radix cache stays on)"
+        )
     if radix == "disabled":
         out.radix_cache_disabled = True
         out.radix_cache_reason = f"{PREFIX}radix_cache=disabled (guard status: {guard})"
-    elif radix == "enabled" and guard_missing:
-        out.errors.append(
-            f"{PREFIX}radix_cache=enabled contradicts the image's patch record: {GUARD_FIX} is {guard}, "
-            "so the radix cache would crash FP8 DSA prefill; use auto or disabled, or deploy a patched image"
-        )
-    elif radix == "auto" and guard_missing:
-        out.radix_cache_disabled = True
-        out.radix_cache_reason = f"patch record: {GUARD_FIX} is {guard}"
+        argv.append("--disable-radix-cache")
+    elif guard_missing and fp8_kv:
+        out.radix_cache_reason = f"patch record: {GUARD_FIX} is {guard}; radix cache kept, chunked prefix cache off"
     else:
         out.radix_cache_reason = f"patch record: {GUARD_FIX} is {guard}; radix cache kept"
-    if out.radix_cache_disabled:
-        argv.append("--disable-radix-cache")
 
     add("--host", "listen_host")
     add("--port", "port")
     argv.extend(str(a) for a in settings.get("extra_args") or [] if isinstance(settings.get("extra_args"), list))
+    if table is not None:
+        errors, warnings = check_against_table(argv, table, table["sglang_version"])
+        out.errors += errors
+        out.warnings += warnings
     return out
 
 
-def sglang_server_check(settings: dict[str, Any], gpu_count: Any = None) -> list[str]:
-    """Filter: static errors for preflight (empty list when the settings are fine)."""
-    return check_settings(settings, gpu_count)
+def sglang_server_check(settings: dict[str, Any], gpu_count: Any = None, sglang_version: Any = None) -> list[str]:
+    """Filter: static errors for preflight (empty list when the settings are fine).
+
+    With a known SGLang version every rendered flag and value is checked against that
+    release's table too (what launch_server would refuse), before any host changes.
+    """
+    errors = check_settings(settings, gpu_count)
+    if not errors and parse_version(sglang_version) is not None:
+        errors = [e for e in render_argv(settings, sglang_version, {}, None).errors if e not in errors]
+    return errors
 
 
 def sglang_server_argv(
