@@ -116,15 +116,15 @@ def single_stream(ss: SingleStream, cfg: GateConfig) -> list[Check]:
 
 
 def _gated_load_metrics(cfg: GateConfig) -> list[str]:
-    """Key metrics of the load phase that a threshold or the baseline compares: those must be stable."""
+    """Load metrics compared relatively or against a floor: those must be stable across the repeats.
+
+    Throughput floors and every load metric in ``baseline.metrics`` count. Latency ceilings
+    do not: they are absolute limits far above a healthy median, and TTFT swings far more
+    than throughput from run to run on a real server (FIELD-NOTES), so checking its spread
+    would fail healthy hosts. Put a latency in ``baseline.metrics`` to have its spread checked.
+    """
     tc = cfg.throughput
-    floors = {
-        "total_token_throughput": tc.min_total_tok_s,
-        "output_token_throughput": tc.min_output_tok_s,
-        "p99_ttft_ms": tc.max_p99_ttft_ms,
-        "p99_e2e_latency_ms": tc.max_p99_e2e_ms,
-        "mean_e2e_latency_ms": tc.max_mean_e2e_ms,
-    }
+    floors = {"total_token_throughput": tc.min_total_tok_s, "output_token_throughput": tc.min_output_tok_s}
     names = [k for k, v in floors.items() if v is not None]
     names += [m for m in cfg.baseline.metrics if KEY_METRICS[m][2] is not None and m not in names]
     return names

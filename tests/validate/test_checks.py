@@ -156,13 +156,26 @@ def _lat_run(latency: float, duration: float) -> LoadResult:
 def test_spread_is_judged_on_the_compared_metrics_only_and_names_the_worst():
     # two runs: throughput 140 vs 100 (spread 1/3), p99 E2E 1000 ms vs 1500 ms (spread 0.4)
     tp = Throughput([_lat_run(1.0, 1.0), _lat_run(1.5, 1.4)], 30.0)
-    only_e2e = parse_config({"throughput": {"max_p99_e2e_ms": 5000, "max_spread": 0.35}, "baseline": {"metrics": []}})
-    s = judge.spread(tp, only_e2e)
+    e2e_vs_baseline = parse_config(
+        {"throughput": {"max_spread": 0.35}, "baseline": {"metrics": ["p99_e2e_latency_ms"]}}
+    )
+    s = judge.spread(tp, e2e_vs_baseline)
     assert s is not None and not s.passed and "p99_e2e_latency_ms spread 40.0%" in s.message
     only_tput = parse_config({"throughput": {"max_spread": 0.35}, "baseline": {"metrics": ["total_token_throughput"]}})
     s = judge.spread(tp, only_tput)
     assert s is not None and s.passed and s.measured == pytest.approx(40 / 120, abs=1e-4)
-    both = parse_config({"throughput": {"min_total_tok_s": 1, "max_p99_e2e_ms": 5000}, "baseline": {"metrics": []}})
+    both = parse_config(
+        {
+            "throughput": {"min_total_tok_s": 1},
+            "baseline": {"metrics": ["output_token_throughput", "p99_e2e_latency_ms"]},
+        }
+    )
     assert "p99_e2e_latency_ms" in judge.spread(tp, both).message  # the worst of the compared metrics
+    # a latency ceiling alone is absolute: its spread is reported, not judged
+    ceiling = parse_config(
+        {"throughput": {"max_p99_e2e_ms": 5000, "max_p99_ttft_ms": 100}, "baseline": {"metrics": []}}
+    )
+    assert judge.spread(tp, ceiling) is None
     nothing = parse_config({"baseline": {"metrics": ["single_stream_decode_tok_s"]}})
     assert judge.spread(tp, nothing) is None  # no load metric compared: nothing to be unstable
+    assert tp.spreads["p99_e2e_latency_ms"].spread == pytest.approx(0.4)  # still reported
