@@ -76,7 +76,7 @@ TEST_ENGINE_RELEASES = {
         "13.0",
         {"autotune-flashinfer-cutlass": "upstream", "dsa-fp8-page-table-guard": "applied"},
     ),
-    # a release beyond every patch range: no guard, so the roles must add --disable-radix-cache
+    # a release beyond every patch range: no guard, so the roles must add --disable-chunked-prefix-cache
     "c": TestEngineRelease(
         "release-c",
         "0.5.24",

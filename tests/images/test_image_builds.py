@@ -106,6 +106,9 @@ def test_cpu_test_image_runtime_contract(cpu_image, docker_client):
     env = dict(e.split("=", 1) for e in cfg["Env"])
     assert env["SGLANG_CACHE_DIR"].startswith("/root/.cache/flashinfer")
     assert env["FLASHINFER_WORKSPACE_BASE"] == "/root"
+    assert env["SGLANG_JIT_CACHE_DIR"] == "/root/.cache/flashinfer/sglang/jit"  # SGLang >= 0.5.18's own JIT
+    link = read_in_image(docker_client, CPU_TAG, "import os;print(os.readlink('/tmp/root/cutlass_python_cache'))")
+    assert link.strip() == "/root/.cache/flashinfer/cute-dsl/cutlass_python_cache"  # CuTe DSL builds land in the volume
     # non-root capable: an arbitrary uid can read the record and write the cache volume
     out = read_in_image(
         docker_client,

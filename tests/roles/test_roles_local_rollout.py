@@ -164,6 +164,14 @@ def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env) -> None:
     report = json.loads((Path(host["report_dir"]) / "report.json").read_text())
     assert report["verdict"] == "pass"
     assert len(env.volumes()) == 1
+    # every JIT cache of the stack lands in the keyed volume; FlashInfer builds for this host's arch only
+    cenv = dict(v.split("=", 1) for v in c["Config"]["Env"])
+    assert cenv["FLASHINFER_CUDA_ARCH_LIST"] == "12.0a"
+    assert cenv["SGLANG_JIT_CACHE_DIR"] == "/root/.cache/flashinfer/sglang/jit"
+    assert env.volumes()[0].endswith("-sm120-al12.0a")
+    # the gate window's server log was read after the gate and judged with the report
+    assert (Path(host["report_dir"]) / "server-gate-window.log").is_file()
+    assert [c["name"] for c in report["checks"]].count("logs.crash_signatures") == 1
     # The API key is used (the gate passed through it) but never shown, even at -vvv, or stored.
     assert "SGLANG_DEPLOY_API_KEY" in run.out  # the -vvv output is really there
     assert env.key not in run.out
@@ -252,13 +260,14 @@ def test_run_after_rollback_is_unchanged(env: Env) -> None:
     assert env.container()["Id"] == before["Id"]
 
 
-def test_upgrade_without_guard_disables_radix_cache_and_prunes_old_caches(env: Env) -> None:
+def test_upgrade_without_guard_disables_chunked_prefix_cache_and_prunes_old_caches(env: Env) -> None:
     volumes_before = env.volumes()  # release-a (last good) and release-b (failed attempts)
     run = env.deploy(sglang_image=RELEASE_C, sglang_image_source="local")
     assert run.rc == 0, run.out[-6000:]
     c = env.container()
     assert c["Image"] == _image_id(RELEASE_C)
-    assert "--disable-radix-cache" in c["Config"]["Cmd"]
+    # the fallback that avoids the FP8 DSA crash; the radix cache stays on
+    assert "--disable-chunked-prefix-cache" in c["Config"]["Cmd"] and "--disable-radix-cache" not in c["Config"]["Cmd"]
     assert "dsa-fp8-page-table-guard is absent" in run.out
     volumes = env.volumes()
     # Kept: the new key and the previous release's (rollback target); the failed release-b one is pruned.
