@@ -7,6 +7,7 @@ import sys
 
 from aiohttp import web
 
+from . import flags
 from .config import VERSION_STRING, ConfigError, parse_args
 from .flashinfer_cache import CacheState
 from .server import EngineServer
@@ -18,8 +19,14 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr, format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S"
     )
     log = logging.getLogger("testengine")
+    args = sys.argv[1:] if argv is None else argv
+    refused = flags.check(args)
+    if refused:  # what the claimed release's argparse would print, and its exit code
+        print("usage: launch_server.py [-h] ...", file=sys.stderr)
+        print(refused, file=sys.stderr)
+        return 2
     try:
-        cfg = parse_args(sys.argv[1:] if argv is None else argv)
+        cfg = parse_args(args)
     except ConfigError as exc:
         print(f"test engine: {exc}", file=sys.stderr)
         return 2

@@ -156,6 +156,16 @@ def test_test_engine_release_labels_and_record(test_engine_images, docker_client
     assert {k: v["status"] for k, v in record["fixes"].items()} == rel.fixes
     assert labels[PREFIX + "patches"] == label_of(record)
     assert image.attrs["Config"]["Entrypoint"] == ["python3", "-m", "testengine"]
+    # it refuses what the release it poses as refuses: a wrong flag fails a deploy, never passes silently
+    env = dict(e.split("=", 1) for e in image.attrs["Config"]["Env"])
+    assert env["TEST_ENGINE_SGLANG_VERSION"] == rel.sglang
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", image.tags[0], "--enable-warp-drive"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "unrecognized arguments: --enable-warp-drive" in proc.stderr
 
 
 def test_release_c_is_the_one_without_the_guard():
