@@ -41,8 +41,14 @@ class TboAttnBackend:  # never matches: the backend below is not wrapped
     pass
 
 
-def call_fp8_kv_getter(file: Path, func_name: str) -> tuple[Any, dict[str, Any]]:
-    """Call the FP8 KV getter with a flashinfer-style backend; return (result, observations)."""
+class HybridAttnBackend:
+    """Stands in for the wrapper of separate prefill/decode backends (0.5.9-0.5.21): no forward_metadata."""
+
+    kv_index_translator = None
+
+
+def call_fp8_kv_getter(file: Path, func_name: str, hybrid: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Call the FP8 KV getter with a flashinfer-style backend (or a hybrid wrapper); return (result, observations)."""
     seen: dict[str, Any] = {}
     one_shot = object()  # the one-shot KV indices the fallback should use
 
@@ -50,7 +56,11 @@ def call_fp8_kv_getter(file: Path, func_name: str) -> tuple[Any, dict[str, Any]]
         seen["dequant_indices"] = kv_indices
         return mock.MagicMock(name="kv_latent_bf16")
 
-    backend = SimpleNamespace(forward_metadata=FlashInferPrefillMetadata(), kv_index_translator=None)
+    backend: Any = (
+        HybridAttnBackend()
+        if hybrid
+        else SimpleNamespace(forward_metadata=FlashInferPrefillMetadata(), kv_index_translator=None)
+    )
 
     def fetch():
         seen["fetched_one_shot"] = True

@@ -83,6 +83,17 @@ def test_guard_falls_back_instead_of_raising(tree_old: Path, wheel_old: Path, tm
     assert len(result) == 2
 
 
+def test_guard_covers_the_hybrid_prefill_decode_wrapper(tree_old: Path, wheel_old: Path, tmp_path: Path):
+    """0.5.9-0.5.21: separate prefill/decode backends reach the getter through a wrapper without
+    forward_metadata. The shipped code fails one level up; the patched one falls back."""
+    func = "_get_mla_kv_buffer_from_fp8_for_nsa"
+    with pytest.raises(AttributeError, match="'HybridAttnBackend' object has no attribute 'forward_metadata'"):
+        call_fp8_kv_getter(pristine(wheel_old, MHA, tmp_path), func, hybrid=True)
+    assert apply(tree_old, tmp_path / "r.json").returncode == 0
+    _result, seen = call_fp8_kv_getter(tree_old / MHA, func, hybrid=True)
+    assert seen.get("fetched_one_shot") is True and seen["dequant_indices"] is seen["one_shot"]
+
+
 def test_autotune_includes_cutlass_after_patch(tree_old: Path, wheel_old: Path, tmp_path: Path):
     assert call_should_autotune(pristine(wheel_old, RUNNER, tmp_path), "flashinfer_cutlass") is False
     assert apply(tree_old, tmp_path / "r.json").returncode == 0
@@ -104,8 +115,9 @@ def test_new_release_autotune_upstream_guard_still_needed(tree_new: Path, tmp_pa
     after = tree_digest(tree_new)
     assert {k for k in before if before[k] != after[k]} == {MHA}
     assert before[AUTOTUNE_NEW] == after[AUTOTUNE_NEW]
-    _result, seen = call_fp8_kv_getter(tree_new / MHA, "_get_mla_kv_buffer_from_fp8_for_dsa")
-    assert seen["dequant_indices"] is seen["one_shot"]
+    for hybrid in (False, True):
+        _result, seen = call_fp8_kv_getter(tree_new / MHA, "_get_mla_kv_buffer_from_fp8_for_dsa", hybrid=hybrid)
+        assert seen["dequant_indices"] is seen["one_shot"]
     again = apply(tree_new, tmp_path / "again.json", "--flashinfer-version", NEW[1])
     assert again.returncode == 0, again.stderr
     assert tree_digest(tree_new) == after
