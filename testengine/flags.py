@@ -9,57 +9,36 @@ claimed version (tests that start the engine directly) nothing is checked.
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
-import re
+import sys
 from pathlib import Path
 from typing import Any
 
 VERSION_ENV = "TEST_ENGINE_SGLANG_VERSION"
 TABLES_ENV = "TEST_ENGINE_FLAG_TABLES"
-_DEFAULT_TABLES = Path(__file__).resolve().parents[1] / "images" / "flags" / "tables"
+# images/flags/ next to the package: in the repository, and in the image (copied there)
+_FLAGS_DIR = Path(__file__).resolve().parents[1] / "images" / "flags"
 
 
-def _key(text: str) -> tuple[int, ...]:
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?", text)
-    return tuple(int(g) for g in m.groups(default="0")) if m else ()
-
-
-def load_table(version: str, tables: Path) -> dict[str, Any] | None:
-    """The release's own table, else the newest older one; None when none fits."""
-    found = {p.name[len("sglang-") : -len(".json")]: p for p in tables.glob("sglang-*.json")}
-    if version in found:
-        return json.loads(found[version].read_text())
-    older = sorted((v for v in found if _key(v) <= _key(version)), key=_key)
-    return json.loads(found[older[-1]].read_text()) if older and _key(version) else None
+def _flagtable() -> Any:
+    """images/flags/flagtable.py, the one reader of the flag tables, imported by path."""
+    spec = importlib.util.spec_from_file_location("sglang_deploy_flagtable", _FLAGS_DIR / "flagtable.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def refusal(argv: list[str], table: dict[str, Any]) -> str | None:
-    """argparse's message for the first flag or value the release refuses, else None."""
-    flags = table["flags"]
-    unknown: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("--") or token.startswith("--engine-"):
-            continue
-        flag, eq, inline = token.partition("=")
-        entry = flags.get(flag)
-        if entry is None:
-            unknown.append(token)
-            continue
-        value = inline if eq else None
-        if entry.get("value") and value is None and i < len(argv):
-            value = argv[i]
-            i += 1
-        choices = entry.get("choices")
-        if value is not None and isinstance(choices, list) and choices and value not in [str(c) for c in choices]:
-            shown = ", ".join(repr(str(c)) for c in choices)
-            return f"argument {flag}: invalid choice: {value!r} (choose from {shown})"
-    if unknown:
-        return "unrecognized arguments: " + " ".join(unknown)
-    return None
+    """argparse's message for the first value the release refuses, else for its unknown flags, else None."""
+    problems = _flagtable().check(argv, table, skip_prefix="--engine-")
+    choice = next((p for p in problems if p.kind == "choice"), None)
+    if choice is not None:
+        shown = ", ".join(repr(c) for c in choice.detail.split(", "))
+        return f"argument {choice.flag}: invalid choice: {choice.value!r} (choose from {shown})"
+    unknown = [p.flag for p in problems if p.kind == "unknown"]
+    return "unrecognized arguments: " + " ".join(unknown) if unknown else None
 
 
 def check(argv: list[str]) -> str | None:
@@ -67,9 +46,9 @@ def check(argv: list[str]) -> str | None:
     version = os.environ.get(VERSION_ENV, "").strip()
     if not version:
         return None
-    tables = Path(os.environ.get(TABLES_ENV) or _DEFAULT_TABLES)
-    table = load_table(version, tables)
+    tables = Path(os.environ.get(TABLES_ENV) or _FLAGS_DIR / "tables")
+    table, note = _flagtable().load(version, tables)
     if table is None:
-        return f"{VERSION_ENV}={version}: no flag table in {tables}"
+        return f"{VERSION_ENV}={version}: {note}"
     msg = refusal(argv, table)
     return f"launch_server.py: error: {msg} (test engine posing as SGLang {table['sglang_version']})" if msg else None

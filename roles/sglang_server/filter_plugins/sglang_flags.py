@@ -18,13 +18,15 @@ flag names the release has (``--dsa-*`` vs ``--nsa-*``, ``--cuda-graph-max-bs-de
 from __future__ import annotations
 
 import functools
-import json
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TABLES = Path(__file__).resolve().parents[3] / "images" / "flags" / "tables"
+FLAGTABLE = Path(__file__).resolve().parents[3] / "images" / "flags" / "flagtable.py"
+TABLES = FLAGTABLE.parent / "tables"
 
 PREFIX = "sglang_server_"
 GUARD_FIX = "dsa-fp8-page-table-guard"
@@ -142,27 +144,22 @@ class Rendered:
         }
 
 
-def _version_key(text: str) -> tuple[int, ...]:
-    """'0.5.12.post1' -> (0, 5, 12, 1); '0.5.12' -> (0, 5, 12, 0)."""
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?", text)
-    return tuple(int(g) for g in m.groups(default="0")) if m else ()
+def _load_flagtable() -> Any:
+    """images/flags/flagtable.py (the one reader of the flag tables), imported by path."""
+    spec = importlib.util.spec_from_file_location("sglang_deploy_flagtable", FLAGTABLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+flagtable = _load_flagtable()
 
 
 @functools.lru_cache(maxsize=64)
 def flag_table(version: str) -> tuple[dict[str, Any] | None, str]:
     """The flag table for ``version``: its own, else the newest older one (with a note); None if none fits."""
-    tables = {p.name[len("sglang-") : -len(".json")]: p for p in TABLES.glob("sglang-*.json")}
-    want = _version_key(str(version))
-    if not want or not tables:
-        return None, f"no flag table for SGLang {version!r}"
-    if str(version).strip() in tables:
-        return json.loads(tables[str(version).strip()].read_text()), ""
-    older = sorted((v for v in tables if _version_key(v) <= want), key=_version_key)
-    if not older:
-        oldest = min(tables, key=_version_key)
-        return None, f"SGLang {version} is older than every supported release (oldest table: {oldest})"
-    used = older[-1]
-    return json.loads(tables[used].read_text()), f"SGLang {version} has no flag table: checked against {used}'s"
+    return flagtable.load(version)
 
 
 def parse_version(text: Any) -> tuple[int, ...] | None:
@@ -303,36 +300,18 @@ def check_against_table(argv: list[str], table: dict[str, Any], version: str) ->
     """(errors, warnings): each flag must exist in the release and each value be one of its choices."""
     errors: list[str] = []
     warnings: list[str] = []
-    flags = table["flags"]
-    deprecated_values = table.get("deprecated_values") or {}
-    i = 0
-    while i < len(argv):
-        token = str(argv[i])
-        i += 1
-        if not token.startswith("--"):
-            continue
-        flag, eq, inline = token.partition("=")
-        entry = flags.get(flag)
-        if entry is None:
-            errors.append(f"{_variable(flag)}: SGLang {version} has no flag {flag} (launch_server would exit 2)")
-            continue
-        value = inline if eq else None
-        if entry.get("value") and value is None and i < len(argv):
-            value = str(argv[i])
-            i += 1
-        if entry.get("deprecated"):
-            instead = f"; use {entry['new_flag']}" if entry.get("new_flag") else ""
-            warnings.append(f"{_variable(flag)}: {flag} is deprecated in SGLang {version}{instead}")
-        choices = entry.get("choices")
-        if value is not None and isinstance(choices, list) and choices and value not in [str(c) for c in choices]:
-            shown = ", ".join(str(c) for c in choices)
-            errors.append(f"{_variable(flag)}={value} is refused by SGLang {version} {flag} (allowed: {shown})")
-        old = (deprecated_values.get(flag) or {}).get(value or "")
-        if old:
-            warnings.append(
-                f"{_variable(flag)}={value} is deprecated in SGLang {version}: it is rewritten to {old!r}"
-                + (" (the GLM-4.5 detector; GLM-5 uses glm47)" if flag == "--tool-call-parser" else "")
-            )
+    for p in flagtable.check(argv, table):
+        var = _variable(p.flag)
+        if p.kind == "unknown":
+            errors.append(f"{var}: SGLang {version} has no flag {p.flag} (launch_server would exit 2)")
+        elif p.kind == "choice":
+            errors.append(f"{var}={p.value} is refused by SGLang {version} {p.flag} (allowed: {p.detail})")
+        elif p.kind == "deprecated":
+            instead = f"; use {p.detail}" if p.detail else ""
+            warnings.append(f"{var}: {p.flag} is deprecated in SGLang {version}{instead}")
+        else:
+            glm = " (the GLM-4.5 detector; GLM-5 uses glm47)" if p.flag == "--tool-call-parser" else ""
+            warnings.append(f"{var}={p.value} is deprecated in SGLang {version}: it is rewritten to {p.detail!r}{glm}")
     return errors, warnings
 
 

@@ -1,0 +1,80 @@
+"""Read the committed flag tables and check an argv against one: the one helper for every reader.
+
+Stdlib only, imported by file path: the roles' filter plugin (on the Ansible controller) and
+the test engine (in its minimal image) both use it, each wording the problems its own way
+(an inventory variable for the roles, argparse's message for the test engine).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TABLES = Path(__file__).resolve().parent / "tables"
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    """'0.5.12.post1' -> (0, 5, 12, 1); '0.5.12' -> (0, 5, 12, 0); () when not a version."""
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?", str(text))
+    return tuple(int(g) for g in m.groups(default="0")) if m else ()
+
+
+def load(version: str, tables: Path = TABLES) -> tuple[dict[str, Any] | None, str]:
+    """The release's own table, else the newest older one (with a note); None (and why) if none fits."""
+    found = {p.name[len("sglang-") : -len(".json")]: p for p in tables.glob("sglang-*.json")}
+    want = version_key(version)
+    if not want or not found:
+        return None, f"no flag table for SGLang {version!r} in {tables}"
+    if str(version).strip() in found:
+        return json.loads(found[str(version).strip()].read_text()), ""
+    older = sorted((v for v in found if version_key(v) <= want), key=version_key)
+    if not older:
+        oldest = min(found, key=version_key)
+        return None, f"SGLang {version} is older than every supported release (oldest table: {oldest})"
+    return json.loads(
+        found[older[-1]].read_text()
+    ), f"SGLang {version} has no flag table: checked against {older[-1]}'s"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing the release's launch_server says about a flag of the argv."""
+
+    kind: str  # "unknown" | "choice" (refused) | "deprecated" | "deprecated_value" (warnings)
+    flag: str
+    value: str | None = None
+    detail: str = ""  # allowed choices, the new flag, or the value a deprecated one becomes
+
+
+def check(argv: list[str], table: dict[str, Any], skip_prefix: str = "") -> list[Problem]:
+    """Every flag must exist in the release, and each value be one of its choices."""
+    flags = table["flags"]
+    deprecated_values = table.get("deprecated_values") or {}
+    out: list[Problem] = []
+    i = 0
+    while i < len(argv):
+        token = str(argv[i])
+        i += 1
+        if not token.startswith("--") or (skip_prefix and token.startswith(skip_prefix)):
+            continue
+        flag, eq, inline = token.partition("=")
+        entry = flags.get(flag)
+        if entry is None:
+            out.append(Problem("unknown", flag))
+            continue
+        value = inline if eq else None
+        if entry.get("value") and value is None and i < len(argv):
+            value = str(argv[i])
+            i += 1
+        if entry.get("deprecated"):
+            out.append(Problem("deprecated", flag, value, entry.get("new_flag") or ""))
+        choices = entry.get("choices")
+        if value is not None and isinstance(choices, list) and choices and value not in [str(c) for c in choices]:
+            out.append(Problem("choice", flag, value, ", ".join(str(c) for c in choices)))
+        renamed = (deprecated_values.get(flag) or {}).get(value or "")
+        if renamed:
+            out.append(Problem("deprecated_value", flag, value, renamed))
+    return out
