@@ -110,3 +110,35 @@ def test_misspelt_variable_stops_preflight_with_a_suggestion(tmp_path: Path) -> 
     )
     assert run.rc != 0
     assert "sglang_server_kv_cahce_dtype (did you mean sglang_server_kv_cache_dtype?)" in run.out
+
+
+def _tasks(node, inherited_become=None):
+    """Every task dict of a task list, with the become it inherits from its blocks."""
+    for task in node or []:
+        if not isinstance(task, dict):
+            continue
+        become = task.get("become", inherited_become)
+        for key in ("block", "rescue", "always"):
+            if key in task:
+                yield from _tasks(task[key], become)
+        yield task, become
+
+
+def test_controller_side_tasks_never_become() -> None:
+    """With ansible_become: true for the hosts (inventory/example), a task delegated to the
+    controller must not sudo there: the operator's machine needs no sudo for the gate or reports."""
+    files = sorted((REPO / "roles").glob("*/tasks/*.yml")) + sorted((REPO / "playbooks").rglob("*.yml"))
+    checked, offenders = 0, []
+    for path in files:
+        doc = load_yaml(path) or []
+        is_play = path.parent.name == "playbooks" and all(isinstance(p, dict) and "hosts" in p for p in doc)
+        plays = doc if is_play else None
+        lists = [p.get("tasks") for p in plays] if plays else [doc]
+        for tasks in lists:
+            for task, become in _tasks(tasks):
+                if task.get("delegate_to") in ("localhost", "127.0.0.1"):
+                    checked += 1
+                    if become is not False:
+                        offenders.append(f"{path.relative_to(REPO)}: {task.get('name')}")
+    assert checked >= 15, checked  # the gate, reports, summary and readiness probes are all found
+    assert offenders == []
