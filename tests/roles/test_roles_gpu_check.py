@@ -68,3 +68,45 @@ def test_right_gpus_reach_the_runtime_check(tmp_path: Path) -> None:
     assert run.rc != 0
     assert "has no nvidia runtime" in run.out
     assert 'could not select device driver "" with capabilities: [[gpu]]' in run.out
+
+
+INSTALL_PLAY = """---
+- name: Docker engine step only
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Install
+      ansible.builtin.include_role:
+        name: gpu_host
+        tasks_from: install
+"""
+
+
+def _install_check(tmp_path: Path, engines: list[str]):
+    play = tmp_path / "install.yml"
+    play.write_text(INSTALL_PLAY)
+    return ansible_playbook(
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(play),
+        "--check",
+        "-e",
+        f'{{"ansible_python_interpreter": "/usr/bin/python3", "gpu_host_install_toolkit": false,'
+        f' "gpu_host_docker_engine_packages": {engines!r}}}'.replace("'", '"'),
+    )
+
+
+def test_an_existing_docker_engine_is_kept_and_nothing_installed(tmp_path: Path) -> None:
+    """docker.io Conflicts with docker-ce and moby: installing it over them removes the engine
+    and stops every container. This machine's engine (Debian's docker.io) must be found and kept."""
+    run = _install_check(tmp_path, ["docker-ce", "docker-ee", "moby-engine", "docker-engine", "docker.io"])
+    assert run.rc == 0, run.out[-3000:]
+    assert "Keeping the existing Docker engine on localhost: docker.io 20." in run.out
+    install = run.out.split("TASK [gpu_host : Install the Docker engine (none present)]")[1].split("TASK [")[0]
+    assert "skipping: [localhost]" in install
+    # counting only docker-ce as an engine, this machine has none: the install step would run
+    run = _install_check(tmp_path, ["docker-ce"])
+    install = run.out.split("TASK [gpu_host : Install the Docker engine (none present)]")[1].split("TASK [")[0]
+    assert "skipping" not in install and "Keeping the existing Docker engine" not in run.out
