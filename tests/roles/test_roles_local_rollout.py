@@ -17,6 +17,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -250,6 +251,26 @@ def test_server_that_never_gets_ready_is_rolled_back(env: Env) -> None:
     host = env.summary()["hosts"][0]
     assert host["gate"] == "not-ready" and host["rolled_back"] is True
     assert len(env.volumes()) == 2
+
+
+def test_crash_looping_server_fails_the_wait_at_once_and_is_rolled_back(env: Env) -> None:
+    """A container that exits and restarts fails readiness within seconds, with its log, not after the deadline."""
+    t0 = time.monotonic()
+    run = env.deploy(
+        sglang_image=RELEASE_B,
+        sglang_image_source="local",
+        sglang_server_ready_timeout_s=600,
+        sglang_test_engine_env={"TEST_ENGINE_PREFILL_TOK_S": "-1"},  # the engine refuses it and exits 2
+    )
+    took = time.monotonic() - t0
+    assert run.rc != 0
+    assert "while waiting for /health" in run.out and ("restart" in run.out or "exited" in run.out)
+    assert "--engine-prefill-tok-s: must be > 0" in run.out  # the container's own last words
+    assert took < 300, took  # far inside the 600 s deadline (the rollback and its health check included)
+    c = env.container()
+    assert c["State"]["Running"] and c["Image"] == _image_id(RELEASE_A)
+    host = env.summary()["hosts"][0]
+    assert host["gate"] == "not-ready" and host["rolled_back"] is True
 
 
 def test_run_after_rollback_is_unchanged(env: Env) -> None:
