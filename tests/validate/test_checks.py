@@ -179,3 +179,114 @@ def test_spread_is_judged_on_the_compared_metrics_only_and_names_the_worst():
     nothing = parse_config({"baseline": {"metrics": ["single_stream_decode_tok_s"]}})
     assert judge.spread(tp, nothing) is None  # no load metric compared: nothing to be unstable
     assert tp.spreads["p99_e2e_latency_ms"].spread == pytest.approx(0.4)  # still reported
+
+
+def test_threshold_checks_carry_every_field():
+    C = judge.Check
+    assert judge.threshold("t.total", 123.4567, 100.0, ">=", "tok/s", "total") == C(
+        "t.total", True, 123.457, 100.0, "tok/s", "total: 123.5 tok/s (required at least 100.0 tok/s)", ">="
+    )
+    assert judge.threshold("t.p99", 12.0, 10.0, "<=", "ms", "p99") == C(
+        "t.p99", False, 12.0, 10.0, "ms", "FAILED p99: 12.0 ms (required at most 10.0 ms)", "<="
+    )
+    assert judge.threshold("t.p99", None, 10.0, "<=", "ms", "p99") == C(
+        "t.p99", False, None, 10.0, "ms", "FAILED p99: not measured, no request completed", "<="
+    )
+    assert judge.fmt(0.123456) == "0.123" and judge.fmt(1234.56) == "1,234.6" and judge.fmt(7) == "7"
+
+
+def test_logs_check_values_for_clean_unreadable_and_matching_logs():
+    from validate.logscan import LogMatch, LogScanResult
+
+    clean = judge.logs(LogScanResult(files=["a.log", "b.log"], lines_scanned=1234))
+    assert clean == judge.Check(
+        "logs.crash_signatures", True, 0, 0, "matches", "no crash signature in 2 log file(s) (1,234 lines)", "<="
+    )
+    broken = judge.logs(LogScanResult(files=["a.log"], errors=["a.log: Permission denied"]))
+    assert (broken.passed, broken.measured, broken.message) == (
+        False,
+        None,
+        "FAILED cannot read log: a.log: Permission denied",
+    )
+    m = LogMatch("oom", "a.log", 7, "torch.OutOfMemoryError: CUDA out of memory.", [])
+    g = LogMatch("scheduler_exception", "a.log", 5, "Scheduler hit an exception", [])
+    hit = judge.logs(LogScanResult(files=["a.log"], matches=[g, m], counts={"scheduler_exception": 1, "oom": 2}))
+    assert (hit.passed, hit.measured, hit.required, hit.op) == (False, 3, 0, "<=")
+    assert hit.message == (
+        "FAILED crash signature 'oom' in a.log:7: torch.OutOfMemoryError: CUDA out of memory. "
+        "(all: scheduler_exception x1, oom x2)"
+    )
+
+
+def test_every_throughput_check_has_its_name_value_limit_and_unit():
+    cfg = parse_config(
+        {
+            "throughput": {
+                "min_total_tok_s": 150,
+                "min_output_tok_s": 50,
+                "max_p99_ttft_ms": 90,
+                "max_p99_e2e_ms": 999,
+                "max_mean_e2e_ms": 1001,
+                "max_spread": 0.5,
+            },
+            "baseline": {"metrics": []},
+        }
+    )
+    tp = Throughput([_run(10, 1.0)], 30.0)  # 10 x (10 in + 4 out) in 1 s; TTFT 100 ms, E2E 1000 ms
+    got = [(c.name, c.passed, c.measured, c.required, c.unit, c.op) for c in judge.throughput(tp, cfg)]
+    assert got == [
+        ("throughput.failed_requests", True, 0, 0, "requests", "<="),
+        ("throughput.total_tok_s", False, 140.0, 150, "tok/s", ">="),
+        ("throughput.output_tok_s", False, 40.0, 50, "tok/s", ">="),
+        ("throughput.p99_ttft_ms", False, 100.0, 90, "ms", "<="),
+        ("throughput.p99_e2e_ms", False, 1000.0, 999, "ms", "<="),
+        ("throughput.mean_e2e_ms", True, 1000.0, 1001, "ms", "<="),
+    ]
+    msgs = [c.message for c in judge.throughput(tp, cfg)]
+    assert msgs[1] == "FAILED total token throughput: 140.0 tok/s (required at least 150.0 tok/s)"
+    assert msgs[3] == "FAILED p99 TTFT: 100.0 ms (required at most 90.0 ms)"
+    assert msgs[5] == "mean E2E latency: 1,000.0 ms (required at most 1,001.0 ms)"
+    assert judge.throughput(Throughput([], 30.0, refused="needs 1088 open files"), cfg)[0] == judge.Check(
+        "throughput.open_files", False, None, None, "", "FAILED throughput refused: needs 1088 open files"
+    )
+
+
+def test_readiness_and_output_checks_exactly():
+    assert judge.readiness(Readiness(True, 3.25), 30) == judge.Check(
+        "readiness", True, 3.25, 30, "s", "server ready after 3.2s", "<="
+    )
+    assert judge.readiness(Readiness(False, 30, "/health: HTTP 503"), 30) == judge.Check(
+        "readiness",
+        False,
+        None,
+        30,
+        "s",
+        "FAILED server not ready within 30s (readiness.timeout_s); last: /health: HTTP 503",
+        "<=",
+    )
+    empty = RequestResult(success=True, output_len=3, text_chars=0)
+    c = judge.output([empty, _ok(0, 1)])
+    assert c == judge.Check(
+        "output.empty_or_nan",
+        False,
+        1,
+        0,
+        "requests",
+        "FAILED 1 of 2 finished requests returned empty text or NaN; e.g. empty text",
+        "<=",
+    )
+    assert judge.output([_ok(0, 1)]).message == "0 of 1 finished requests returned empty text or NaN"
+
+
+def test_stability_step_messages_name_the_deadline_and_the_reasons():
+    cfg = parse_config({"stability": {"max_failed": 0, "step_timeout_s": 20}})
+    lr = _run(0, 20.0, [_bad("timeout", "no complete answer within the 20s deadline")] * 4)
+    lr.timed_out = True
+    st = StabilityStep(1, 2, 16, 4, load=lr, health=Health("after", True, "", 5))
+    c = judge.stability_step(st, cfg)
+    assert c.message == (
+        "FAILED stability step 1/2 (concurrency 16): 4 of 4 requests failed (allowed 0) [timeout x4], none completed, "
+        "20s step deadline hit; first error: no complete answer within the 20s deadline"
+    )
+    dead = StabilityStep(1, 2, 16, 4, load=lr, health=None)
+    assert "/health after the step: not probed" in judge.stability_step(dead, cfg).message
