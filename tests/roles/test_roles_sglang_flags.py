@@ -265,3 +265,18 @@ def test_example_inventory_renders_only_what_each_release_accepts(version: str, 
     assert all(f in table and not table[f].get("deprecated") for f in rendered), rendered
     assert not [w for w in out["warnings"] if "deprecated" in w]  # the example uses no deprecated flag or value
     assert pairs(out["argv"])["--tool-call-parser"] == "glm47"
+
+
+def test_preflight_warns_on_deprecated_values_with_or_without_a_version() -> None:
+    warned = flags.sglang_server_deprecations(settings(tool_call_parser="glm45"), "")  # newest table decides
+    assert len(warned) == 1 and "sglang_server_tool_call_parser=glm45 is deprecated in SGLang 0.5.23" in warned[0]
+    assert "glm47" in warned[0]
+    old = flags.sglang_server_deprecations(settings(tool_call_parser="glm45"), "0.5.9")
+    assert len(old) == 1 and "in SGLang 0.5.9" in old[0]
+    assert flags.sglang_server_deprecations(settings(tool_call_parser="glm47"), "") == []
+    assert flags.sglang_server_deprecations(settings(extra_args=["--stream-output"]), "0.5.17") == [
+        "sglang_server_extra_args (--stream-output): --stream-output is deprecated in SGLang 0.5.17; "
+        "use --incremental-streaming-output"
+    ]
+    # where the release has the new flag the role renders it: nothing deprecated to warn about
+    assert flags.sglang_server_deprecations(settings(enable_flashinfer_allreduce_fusion=True), "0.5.14") == []

@@ -149,3 +149,38 @@ def test_decoder_joins_multiline_data_and_skips_comments():
     small = SSEDecoder(max_event_bytes=10)
     with pytest.raises(EventTooLarge):
         small.feed(b"data: 0123456789")
+
+
+def test_server_info_over_the_cap_keeps_the_summary_not_megabytes():
+    """The real 0.5.17 /get_server_info, padded past the cap: the report keeps its summary and key list."""
+    from validate.config import parse_config
+    from validate.phases import SERVER_INFO_CAP, Measurer
+
+    real = json.loads((FIXTURES / "get_server_info.json").read_text())
+    big = {**real, "api_key": "sk-live", "_padding": "x" * (SERVER_INFO_CAP + 1)}
+    loop = asyncio.new_event_loop()
+
+    async def info(request: web.Request) -> web.Response:
+        return web.json_response(big if request.path == "/get_server_info" else real if "model" in request.path else {})
+
+    async def go():
+        app = web.Application()
+        for path in ("/get_server_info", "/get_model_info", "/v1/models"):
+            app.router.add_get(path, info)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with make_session() as s:
+                return await Measurer(s, f"http://127.0.0.1:{port}", parse_config({}), lambda _m: None).server_info()
+        finally:
+            await runner.cleanup()
+
+    si = loop.run_until_complete(go())
+    loop.close()
+    assert si.raw["truncated"] is True and si.raw["bytes"] > SERVER_INFO_CAP
+    assert "_padding" in si.raw["keys"] and len(si.raw["keys"]) == 200
+    assert "cap" in si.note and si.summary["version"] == real["version"] and si.summary["engine"] == "sglang"
+    assert "sk-live" not in json.dumps(si.raw)

@@ -439,6 +439,27 @@ def sglang_server_check(settings: dict[str, Any], gpu_count: Any = None, sglang_
     return errors
 
 
+def sglang_server_deprecations(settings: dict[str, Any], sglang_version: Any = None) -> list[str]:
+    """Filter: deprecated flags and values for preflight's warning (no host needed).
+
+    With a known version, that release's table decides; without one, the newest table does
+    (``glm45`` as tool-call parser is deprecated in every release 0.5.9-0.5.23).
+    """
+    version = str(sglang_version) if parse_version(sglang_version) is not None else _newest_table_version()
+    if not version:
+        return []
+    return [
+        w
+        for w in render_argv(settings, version, {"fixes": {GUARD_FIX: {"status": "applied"}}}, None).warnings
+        if "deprecated" in w
+    ]
+
+
+def _newest_table_version() -> str:
+    names = [p.name[len("sglang-") : -len(".json")] for p in TABLES.glob("sglang-*.json")]
+    return max(names, key=flagtable.version_key) if names else ""
+
+
 def sglang_server_argv(
     settings: dict[str, Any], sglang_version: Any = None, patch_record: Any = None, gpu_arch: Any = None
 ) -> dict[str, Any]:
@@ -461,6 +482,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_server_check": sglang_server_check,
+            "sglang_server_deprecations": sglang_server_deprecations,
             "sglang_server_argv": sglang_server_argv,
             "sglang_server_str_values": sglang_server_str_values,
         }

@@ -76,8 +76,15 @@ def main() -> None:
     now = time.time()
     if proc.returncode != 0:
         module.exit_json(
-            changed=False, status="missing", health="none", dead=True, why="the container does not exist",
-            exit_code=None, restart_count=0, now=now, expired=bool(p["deadline_epoch"]) and now > p["deadline_epoch"],
+            changed=False,
+            status="missing",
+            health="none",
+            dead=True,
+            why="the container does not exist",
+            exit_code=None,
+            restart_count=0,
+            now=now,
+            expired=bool(p["deadline_epoch"]) and now > p["deadline_epoch"],
         )
     data = json.loads(proc.stdout)[0]
     module.exit_json(changed=False, **classify(data, p["restart_count_start"], now, p["deadline_epoch"]))
