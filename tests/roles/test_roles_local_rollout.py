@@ -152,6 +152,22 @@ def test_bad_checksum_stops_before_load(env: Env) -> None:
     assert env.container() is None
 
 
+def test_stage_tags_narrow_the_run(env: Env) -> None:
+    """--tags runs its stage only (preflight and the host record always run): no host
+    preparation starts a server, and the image stage delivers the image and nothing after it."""
+    run = env.deploy("--tags", "gpu_host")
+    assert run.rc == 0, run.out[-4000:]
+    assert env.container() is None and env.volumes() == []
+    assert "TASK [Deliver the image]" not in run.out and "TASK [Start the server]" not in run.out
+    run = env.deploy("--tags", "sglang_image")
+    assert run.rc == 0, run.out[-4000:]
+    assert _image_id(env.tag) == _image_id(RELEASE_A)  # the archive was loaded
+    assert env.container() is None and env.volumes() == []  # no cache, no server, no gate
+    assert "TASK [Deliver the image]" in run.out
+    assert "TASK [Start the server]" not in run.out and "TASK [Gate the server]" not in run.out
+    subprocess.run(["docker", "rmi", env.tag], check=True, capture_output=True)  # the next test loads it again
+
+
 def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env) -> None:
     run = env.deploy("-vvv")  # verbose on purpose: the API key must not show even there
     assert run.rc == 0, run.out[-6000:]
