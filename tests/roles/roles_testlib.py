@@ -84,3 +84,17 @@ def docker_json(*args: str) -> Any:
         return None
     data = json.loads(proc.stdout)
     return data[0] if isinstance(data, list) and data else data
+
+
+def run_role_tasks(tmp_path: Path, role: str, tasks_from: str, extra_vars: dict[str, Any], *args: str) -> Any:
+    """Run ``role``'s ``tasks_from`` file against localhost (local connection) with ``extra_vars``."""
+    play = tmp_path / f"{role}-{tasks_from}.yml"
+    play.write_text(
+        "---\n"
+        f"- name: {role} {tasks_from} only\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        f"    - name: {tasks_from}\n      ansible.builtin.include_role:\n        name: {role}\n"
+        f"        tasks_from: {tasks_from}\n"
+    )
+    var_file = tmp_path / f"{role}-{tasks_from}-vars.json"
+    var_file.write_text(json.dumps(extra_vars))
+    return ansible_playbook("-i", "localhost,", "-c", "local", str(play), "-e", f"@{var_file}", *args)

@@ -7,18 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from roles_testlib import BIN, ansible_playbook, docker_ok
-
-PLAY = """---
-- name: GPU check only
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Check the GPUs
-      ansible.builtin.include_role:
-        name: gpu_host
-        tasks_from: gpus
-"""
+from roles_testlib import BIN, docker_ok, run_role_tasks
 
 
 def run_check(tmp_path: Path, gpus: list[str], count: int = 8, arch: str = "120"):
@@ -26,17 +15,16 @@ def run_check(tmp_path: Path, gpus: list[str], count: int = 8, arch: str = "120"
     lines = "\\n".join(gpus)
     smi.write_text(f'#!/bin/sh\nprintf "{lines}\\n"\n')
     smi.chmod(0o755)
-    play = tmp_path / "gpus.yml"
-    play.write_text(PLAY)
-    return ansible_playbook(
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        str(play),
-        "-e",
-        f'{{"ansible_python_interpreter": "{BIN / "python"}", "gpu_host_nvidia_smi": "{smi}",'
-        f' "sglang_gpu_count": {count}, "sglang_gpu_arch": "{arch}"}}',
+    return run_role_tasks(
+        tmp_path,
+        "gpu_host",
+        "gpus",
+        {
+            "ansible_python_interpreter": str(BIN / "python"),
+            "gpu_host_nvidia_smi": str(smi),
+            "sglang_gpu_count": count,
+            "sglang_gpu_arch": arch,
+        },
     )
 
 
@@ -70,32 +58,13 @@ def test_right_gpus_reach_the_runtime_check(tmp_path: Path) -> None:
     assert 'could not select device driver "" with capabilities: [[gpu]]' in run.out
 
 
-INSTALL_PLAY = """---
-- name: Docker engine step only
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Install
-      ansible.builtin.include_role:
-        name: gpu_host
-        tasks_from: install
-"""
-
-
 def _install_check(tmp_path: Path, engines: list[str]):
-    play = tmp_path / "install.yml"
-    play.write_text(INSTALL_PLAY)
-    return ansible_playbook(
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        str(play),
-        "--check",
-        "-e",
-        f'{{"ansible_python_interpreter": "/usr/bin/python3", "gpu_host_install_toolkit": false,'
-        f' "gpu_host_docker_engine_packages": {engines!r}}}'.replace("'", '"'),
-    )
+    extra = {
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "gpu_host_install_toolkit": False,
+        "gpu_host_docker_engine_packages": engines,
+    }
+    return run_role_tasks(tmp_path, "gpu_host", "install", extra, "--check")
 
 
 def test_an_existing_docker_engine_is_kept_and_nothing_installed(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from roles_testlib import BIN, REPO, ROLES, ansible_playbook
+from roles_testlib import BIN, REPO, ROLES, run_role_tasks
 
 FIX = REPO / "tests" / "fixtures" / "nvidia-smi-h200-2026-12-02"
 FIX3 = REPO / "tests" / "fixtures" / "nvidia-smi-h200-2026-12-03"  # the module's own query, with pci.bus_id
@@ -203,18 +203,6 @@ def test_allreduce_arithmetic_is_nccl_tests():
     )
 
 
-PLAY = """---
-- name: GPU health only
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Health
-      ansible.builtin.include_role:
-        name: gpu_host
-        tasks_from: health
-"""
-
-
 def _fake_host(tmp_path: Path, kernel_log: str) -> tuple[Path, Path]:
     smi = tmp_path / "nvidia-smi"
     smi.write_text(
@@ -229,18 +217,15 @@ def _fake_host(tmp_path: Path, kernel_log: str) -> tuple[Path, Path]:
 
 
 def _run_role(tmp_path: Path, smi: Path, klog: Path, arch: str = "90"):
-    play = tmp_path / "health.yml"
-    play.write_text(PLAY)
-    return ansible_playbook(
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        str(play),
-        "-e",
-        f'{{"ansible_python_interpreter": "{BIN / "python"}", "gpu_host_nvidia_smi": "{smi}", "sglang_gpu_count": 1,'
-        f' "sglang_gpu_arch": "{arch}", "gpu_host_kernel_log_command": ["cat", "{klog}"], "gpu_host_run_dcgmi": false}}',
-    )
+    extra = {
+        "ansible_python_interpreter": str(BIN / "python"),
+        "gpu_host_nvidia_smi": str(smi),
+        "sglang_gpu_count": 1,
+        "sglang_gpu_arch": arch,
+        "gpu_host_kernel_log_command": ["cat", str(klog)],
+        "gpu_host_run_dcgmi": False,
+    }
+    return run_role_tasks(tmp_path, "gpu_host", "health", extra)
 
 
 def test_role_passes_the_recorded_h200_and_fails_a_sick_one_naming_the_gpu(tmp_path: Path) -> None:

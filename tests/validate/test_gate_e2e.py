@@ -525,20 +525,15 @@ def test_finalize_judges_the_gate_window_log_before_the_baseline_is_written(engi
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r", "--baseline", str(baseline))
     assert code == 0 and not baseline.exists()
     window = tmp_path / "window.log"
+
+    def finalize() -> tuple[int, dict]:
+        args = ["--report", str(tmp_path / "r"), "--log", str(window), "--baseline", str(baseline), "--update-baseline"]
+        code, _, _ = run_gate(capsys, "finalize", *args)
+        return code, load_report(tmp_path / "r")
+
     # what SGLang >= 0.5.17 logs when a decode step produced NaN (utils/async_probe.py)
     window.write_text("[2026-12-03 08:00:01 TP0] NaN detected in sampler: next_token_logits; values were sanitized\n")
-    code, _, _ = run_gate(
-        capsys,
-        "finalize",
-        "--report",
-        str(tmp_path / "r"),
-        "--log",
-        str(window),
-        "--baseline",
-        str(baseline),
-        "--update-baseline",
-    )
-    rep = load_report(tmp_path / "r")
+    code, rep = finalize()
     c = check(rep, "logs.crash_signatures")
     assert code == 1 and rep["verdict"] == "fail" and rep["exit_code"] == 1 and not c["passed"]
     assert "nan_in_decode" in c["message"] and str(window) in c["message"]
@@ -546,16 +541,5 @@ def test_finalize_judges_the_gate_window_log_before_the_baseline_is_written(engi
     assert rep["phases"]["logs"]["files"] == [str(eng.log), str(window)]  # the gate's own log scanned again
     assert "FAIL" in (tmp_path / "r" / "summary.md").read_text()
     window.write_text("[2026-12-03 08:00:01 TP0] Decode batch. #running-req: 8\n")
-    code, _, _ = run_gate(
-        capsys,
-        "finalize",
-        "--report",
-        str(tmp_path / "r"),
-        "--log",
-        str(window),
-        "--baseline",
-        str(baseline),
-        "--update-baseline",
-    )
-    rep = load_report(tmp_path / "r")
+    code, rep = finalize()
     assert code == 0 and rep["verdict"] == "pass" and baseline.exists() and rep["baseline"]["updated"] is True
