@@ -102,6 +102,21 @@ def test_healthy_engine_passes_end_to_end_via_module_cli(engine_factory, tmp_pat
         (sp["max"] - sp["min"]) / sp["median"]
     )
     assert rep["key_metrics"]["total_token_throughput"] == pytest.approx(sp["median"])
+    # Values against the test engine's speed model (testengine/README.md: prefill 200k tok/s, decode
+    # step 25 ms + 0.1 ms per running request): 64 x 256 prompt tokens take 82 ms of prefill,
+    # then 31 decode steps of 31.4 ms: about 1.06 s per run. The engine is never faster than its
+    # model (lower bounds, 5 % for timer granularity); a 2-core CI machine shared with a second
+    # pytest worker can make it slower (upper bounds 2.5x).
+    runs = tp["runs"]
+    assert all(r["total_input"] / r["total_output"] == 256 / 32 for r in runs)  # token counts are exact
+    assert tp["total_throughput"] / tp["output_throughput"] == pytest.approx(288 / 32)
+    model_s = 64 * 256 / 200_000 + 31 * (25 + 0.1 * 64) / 1000
+    for r in runs:
+        assert model_s * 0.95 <= r["duration_s"] <= model_s * 2.5, (r["duration_s"], model_s)
+        assert 64 * 32 / model_s / 2.5 <= r["output_throughput"] <= 64 * 32 / model_s / 0.95
+        assert r["mean_tpot_ms"] >= (25 + 0.1 * 64) * 0.95  # no decode step faster than the model
+    single = rep["phases"]["single_stream"]
+    assert single["output_tokens"] == 40 and 1000 / 25.1 / 2.5 <= single["decode_tok_s"] <= 1000 / 25.1 * 1.05
     assert "Infinity" not in (report / "report.json").read_text()  # strict JSON
     assert rep["config"]["throughput"]["request_rate"] == "inf"
     steps = rep["phases"]["stability"]["steps"]
