@@ -142,3 +142,15 @@ def test_controller_side_tasks_never_become() -> None:
                         offenders.append(f"{path.relative_to(REPO)}: {task.get('name')}")
     assert checked >= 15, checked  # the gate, reports, summary and readiness probes are all found
     assert offenders == []
+
+
+def test_example_preflight_refuses_what_the_image_tags_release_refuses(tmp_path: Path) -> None:
+    """inventory/example's image is tagged 0.5.23: preflight checks against that release's flag table."""
+    run = _example_preflight(
+        tmp_path, "-l", "gpu-host-01.example.internal,localhost", "-e", "sglang_server_attention_backend=cutlass_mla"
+    )
+    assert run.rc != 0
+    assert (
+        "sglang_server_attention_backend=cutlass_mla is refused by SGLang 0.5.23 --attention-backend (allowed:"
+        in run.out
+    )
