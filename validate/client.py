@@ -156,7 +156,7 @@ async def _post_stream(
                 payloads = decoder.feed(data)
                 if not payloads:
                     continue
-                if payloads[-1] == _DONE or _DONE in payloads:
+                if _DONE in payloads:
                     done = True
                     payloads = [p for p in payloads if p != _DONE]
                 for p in payloads:

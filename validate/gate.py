@@ -147,7 +147,7 @@ class Gate:
             + (list(c.stability.concurrency) if c.stability.enabled else [1])
         )
         self.m.file_limit = raise_open_files(biggest)
-        if "raised" in self.m.file_limit.note or "could not" in self.m.file_limit.note:
+        if self.m.file_limit.adjusted:
             self.say(self.m.file_limit.note)
 
     async def _measure(self) -> None:
@@ -287,7 +287,7 @@ def rejudge_logs(report: dict[str, Any], config: GateConfig, logs: list[str], re
     kept = [c for c in report.get("checks", []) if c.get("name") != "logs.crash_signatures"]
     report["checks"] = [*kept, asdict(check)]
     report["failed_checks"] = [c["name"] for c in report["checks"] if not c["passed"]]
-    report["verdict"] = "pass" if report["checks"] and not report["failed_checks"] else "fail"
+    report["verdict"] = judge.verdict([Check(**c) for c in report["checks"]])
     report.setdefault("phases", {})["logs"] = res.to_dict()
     report["skipped"] = [s for s in report.get("skipped", []) if not s.startswith("logs:")]
     return report

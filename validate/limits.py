@@ -21,6 +21,7 @@ class FileLimit:
     hard: int
     wanted: int
     note: str
+    adjusted: bool = True  # the gate tried to change the limit (worth printing)
 
     def allows(self, concurrency: int) -> bool:
         return concurrency + FD_MARGIN <= self.soft
@@ -42,7 +43,7 @@ def raise_open_files(concurrency: int) -> FileLimit:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     soft_n, hard_n = _inf(soft), _inf(hard)
     if soft_n >= wanted:
-        return FileLimit(soft_n, hard_n, wanted, f"open-file limit {soft_n} already fits {wanted}")
+        return FileLimit(soft_n, hard_n, wanted, f"open-file limit {soft_n} already fits {wanted}", adjusted=False)
     target = min(wanted, hard_n)
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -91,10 +91,16 @@ def test_missing_file_and_bad_yaml(tmp_path, capsys):
         (["--update-baseline"], "--update-baseline: needs --baseline FILE"),
         (["--promote-baseline"], "--promote-baseline: needs --baseline FILE"),
         (["--patch-record", "/nonexistent/patches.json"], "--patch-record: patch record not found"),
+        (["--log", "docker:"], "--log: docker:NAME needs a container name (got 'docker:')"),
+        # a baseline that exists must be usable before any load (the field is named)
+        (["--baseline", "{malformed_baseline}"], "baseline.json: reference.workload: Field required"),
     ],
 )
 def test_bad_usage_is_named(tmp_path, capsys, extra, expected):
     cfg = write_config(tmp_path)
+    malformed = tmp_path / "baseline.json"
+    malformed.write_text('{"schema": "sglang-gate-baseline/2", "reference": {"engine": "sglang"}}')
+    extra = [a.format(malformed_baseline=malformed) for a in extra]
     code, _, err = run_gate(capsys, "gate", "--url", URL, "--config", str(cfg), "--report", str(tmp_path / "r"), *extra)
     assert code == 2 and expected in err and "Traceback" not in err
 
