@@ -43,6 +43,11 @@ def token_text(i: int, counting: bool) -> str:
     return f"{i + 1}, " if counting else _WORDS[i % len(_WORDS)]
 
 
+def token_id(i: int) -> int:
+    """Id of output token ``i`` in ``output_ids`` (made up, below any vocabulary size)."""
+    return 1000 + i % 1000
+
+
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
@@ -388,21 +393,50 @@ class EngineServer:
         weight_version = self.config.server_args.get("weight_version", "default")
 
         def obj(req: GenRequest, n: int) -> dict[str, Any]:
-            """SGLang's /generate object after ``n`` tokens: cumulative text plus meta_info."""
+            """SGLang's /generate object after ``n`` tokens: cumulative text and output_ids plus meta_info.
+
+            Field for field as 0.5.17 streamed it (tests/fixtures/sglang-0.5.17-h200-2026-12-03):
+            the first event also carries ``response_sent_to_client_ts``, the last one the request's
+            end-to-end timestamps and ``decode_throughput``.
+            """
             done = n >= req.target
+            wall = time.time() - time.monotonic()  # monotonic -> wall clock, for SGLang's *_ts fields
+            entry = wall + req.arrival + 0.0002
             meta: dict[str, Any] = {
                 "id": req.rid,
                 "finish_reason": self._finish_reason(req) if done else None,
                 "prompt_tokens": input_len,
                 "weight_version": weight_version,
                 "num_retractions": 0,
+                "forward_entry_time": entry,
+                "prefill_finished_time": wall + (req.first_token_at or req.arrival),
+                "queue_time": 0.0002,
                 "reasoning_tokens": 0,
                 "completion_tokens": n,
                 "cached_tokens": 0,
+                "cached_tokens_details": None,
+                "dp_rank": None,
             }
             if done:
-                meta["e2e_latency"] = time.monotonic() - req.arrival
-            return {"text": "".join(self._text(i, counting) for i in range(n)), "meta_info": meta}
+                e2e = time.monotonic() - req.arrival
+                first = req.first_token_at or req.arrival
+                meta.update(
+                    e2e_latency=e2e,
+                    request_received_ts=wall + req.arrival,
+                    api_server_dispatch_finish_ts=entry,
+                    response_sent_to_client_ts=wall + first,
+                    request_finished_ts=time.time(),
+                    decode_throughput=(n - 1) / (time.monotonic() - first)
+                    if n > 1 and time.monotonic() > first
+                    else 0.0,
+                )
+            elif n == 1:
+                meta["response_sent_to_client_ts"] = time.time()
+            return {
+                "text": "".join(self._text(i, counting) for i in range(n)),
+                "output_ids": [token_id(i) for i in range(n)],
+                "meta_info": meta,
+            }
 
         def build(req: GenRequest) -> _Shape:
             return _Shape(
@@ -516,15 +550,12 @@ class EngineServer:
             return self._text(i - n_reason, counting), False
 
         def build(req: GenRequest) -> _Shape:
-            def base(obj: str, choices: list[dict[str, Any]], usage: Any) -> dict[str, Any]:
-                return {
-                    "id": req.rid,
-                    "object": obj,
-                    "created": created,
-                    "model": model,
-                    "choices": choices,
-                    "usage": usage,
-                }
+            def base(obj: str, choices: list[dict[str, Any]], usage: Any = None) -> dict[str, Any]:
+                # 0.5.17's streamed chat chunks have no "usage" key at all (completions chunks have null).
+                out = {"id": req.rid, "object": obj, "created": created, "model": model, "choices": choices}
+                if usage is not None:
+                    out["usage"] = usage
+                return out
 
             def chunk(delta: dict[str, Any], fr: dict[str, Any] | None = None) -> bytes:
                 choice = {
@@ -534,17 +565,17 @@ class EngineServer:
                     "finish_reason": fr["type"] if fr else None,
                     "matched_stop": fr.get("matched") if fr else None,
                 }
-                return _sse(base("chat.completion.chunk", [choice], None))
+                return _sse(base("chat.completion.chunk", [choice]))
 
             def event(k: int) -> bytes:
                 t, is_reason = piece(k)
-                delta = {"role": None, "content": None, "reasoning_content": None}
-                delta["reasoning_content" if is_reason else "content"] = t
-                return chunk(delta)
+                return chunk({"reasoning_content": t} if is_reason else {"reasoning_content": None, "content": t})
 
             def tail() -> bytes:
-                finish = chunk({"role": None, "content": None, "reasoning_content": None}, self._finish_reason(req))
-                usage = _sse(base("chat.completion.chunk", [], _usage(input_len, req.target, n_reason)))
+                finish = chunk({"reasoning_content": None}, self._finish_reason(req))
+                usage = _sse(
+                    base("chat.completion.chunk", [], _usage(input_len, req.target, n_reason, completion_details=False))
+                )
                 return finish + (usage if include_usage else b"") + _DONE
 
             def whole() -> dict[str, Any]:
@@ -566,7 +597,7 @@ class EngineServer:
                 out["metadata"] = {"weight_version": self.config.server_args.get("weight_version", "default")}
                 return out
 
-            head = chunk({"role": "assistant", "content": "", "reasoning_content": None})
+            head = chunk({"reasoning_content": None, "role": "assistant", "content": ""})
             return _Shape(event=event, tail=tail, whole=whole, head=head)
 
         key = ("chat", input_len, max_new, stream, counting, include_usage, model, n_reason)
@@ -631,15 +662,19 @@ def _sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + _dumps(obj).encode() + b"\n\n"
 
 
-def _usage(prompt: int, completion: int, reasoning: int = 0, exclude_none: bool = False) -> dict[str, Any]:
+def _usage(
+    prompt: int, completion: int, reasoning: int = 0, exclude_none: bool = False, completion_details: bool = True
+) -> dict[str, Any]:
+    """OpenAI usage as SGLang fills it; the streamed chat usage chunk has no completion_tokens_details."""
     u: dict[str, Any] = {
         "prompt_tokens": prompt,
         "total_tokens": prompt + completion,
         "completion_tokens": completion,
         "prompt_tokens_details": None,
         "reasoning_tokens": reasoning,
-        "completion_tokens_details": None,
     }
+    if completion_details:
+        u["completion_tokens_details"] = None
     return {k: v for k, v in u.items() if v is not None} if exclude_none else u
 
 

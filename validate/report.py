@@ -23,6 +23,15 @@ def _v(x: Any, digits: int = 1) -> str:
     return str(x)
 
 
+def _quantity(x: Any, unit: str) -> str:
+    """A check's figure with its unit; ratios as percentages (a 13.5 % spread must not read "0.1")."""
+    if x is None:
+        return "-"
+    if unit == "ratio" and isinstance(x, int | float) and not isinstance(x, bool):
+        return f"{x * 100:.1f} %"
+    return f"{_v(x)} {unit}".rstrip() if unit else _v(x)
+
+
 def _cell(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
@@ -61,11 +70,11 @@ def render_summary(r: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for c in r.get("checks", []):
-        req = f"{c.get('op', '')} {_v(c.get('required'))}".strip() if c.get("required") is not None else "-"
-        unit = f" {c['unit']}" if c.get("unit") and c.get("measured") is not None else ""
+        unit = c.get("unit") or ""
+        req = f"{c.get('op', '')} {_quantity(c['required'], unit)}".strip() if c.get("required") is not None else "-"
         lines.append(
             f"| {'ok' if c['passed'] else '**FAIL**'} | {_cell(c['name'])} "
-            f"| {_cell(_v(c.get('measured')))}{unit} "
+            f"| {_cell(_quantity(c.get('measured'), unit))} "
             f"| {_cell(req)} | {_cell(c['message'])} |"
         )
     for s in r.get("skipped", []):

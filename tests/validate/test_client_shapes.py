@@ -21,6 +21,8 @@ from validate.client import chat_stream, generate_body, generate_stream, make_se
 from validate.sse import EventTooLarge, SSEDecoder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
+# Whole transcripts recorded by benchmarks/gpu/real_sglang.py (requests.json: what was asked).
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03"
 
 
 def _gen_event(n: int, finish: dict | None = None) -> bytes:
@@ -49,6 +51,11 @@ STREAMS: dict[str, bytes] = {
     + b"data: [DONE]\n\n",
     "chat_error": (FIXTURES / "overflow_chat_error.sse").read_bytes(),
     "huge_event": b"data: " + b"x" * (9 * 1024 * 1024),
+    "real_generate_ids": (RECORDED / "generate_input_ids.sse").read_bytes(),
+    "real_generate_ids_cut": (RECORDED / "generate_input_ids.sse").read_bytes()[: -len(b"data: [DONE]\n\n")],
+    "real_abort": (RECORDED / "overflow_generate.sse").read_bytes(),
+    "real_chat": (RECORDED / "chat_completions.sse").read_bytes(),
+    "real_chat_error": (RECORDED / "overflow_chat.sse").read_bytes(),
 }
 
 
@@ -114,9 +121,34 @@ def test_broken_streams_are_failures_with_a_reason(replay, name, failure, text):
     assert not r.success and r.failure == failure and text in r.error
 
 
+def test_real_generate_transcript_of_the_gates_request_succeeds_with_its_12_tokens(replay):
+    """The gate's own request shape (input_ids, ignore_eos, 12 tokens) as SGLang 0.5.17 streamed it."""
+    r = _generate(replay, "real_generate_ids", want=12)
+    assert r.success and r.output_len == 12 and len(r.itl) == 11
+    assert r.finish_reason == {"type": "length", "length": 12}
+    assert not _generate(replay, "real_generate_ids", want=13).success  # 12 of 13: short
+    cut = _generate(replay, "real_generate_ids_cut", want=12)
+    assert not cut.success and cut.failure == "no_done"
+
+
+def test_real_chat_transcript_counts_usage_tokens(replay):
+    base, loop = replay
+
+    async def go(name: str):
+        async with make_session() as s:
+            return await chat_stream(s, base + name, "random-llama-0.9b", "Count from 1 to 100", 12)
+
+    ok = loop.run_until_complete(go("real_chat"))
+    assert ok.success and ok.output_len == 12 and ok.prompt_len == 10 and ok.finish_reason["type"] == "length"
+    bad = loop.run_until_complete(go("real_chat_error"))
+    assert not bad.success and bad.failure == "error_event" and "The request queue is full." in bad.error
+
+
 def test_real_abort_counts_zero_tokens(replay):
-    r = _generate(replay, "abort")
-    assert r.output_len == 0 and r.finish_reason["type"] == "abort" and r.finish_reason["status_code"] == 503
+    for name in ("abort", "real_abort"):
+        r = _generate(replay, name)
+        assert r.output_len == 0 and r.finish_reason["type"] == "abort" and r.finish_reason["status_code"] == 503
+        assert r.failure == "abort" and "The request queue is full." in r.error
 
 
 def test_real_chat_overflow_is_an_error_event(replay):

@@ -84,7 +84,18 @@ def test_real_crash_text_is_found(tmp_path, line, signature):
     assert res.counts == {signature: 1}
 
 
-@pytest.mark.parametrize("name", ["server_startup.log", "server_restart.log.tail"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "server_startup.log",
+        "server_restart.log.tail",
+        # 2026-12-03 (benchmarks/gpu/real_sglang.py): cold and warm start with the cache role's
+        # layout, and a queue overflow (835 requests, most refused): refusals are no crash.
+        "../sglang-0.5.17-h200-2026-12-03/server_cold_start.log",
+        "../sglang-0.5.17-h200-2026-12-03/server_warm_start.log",
+        "../sglang-0.5.17-h200-2026-12-03/server_overflow.log",
+    ],
+)
 def test_recorded_healthy_logs_match_nothing(name):
     res = scan_logs([str(FIXTURES / name)])
     assert res.lines_scanned > 20 and res.matches == [] and res.errors == []

@@ -1,0 +1,126 @@
+"""Build a tokenizer and a random-weight Llama that real SGLang can serve, without any download.
+
+The lent GPU machine has no network, so no checkpoint can be fetched. A byte-level BPE tokenizer
+trained on local text (Python's own sources) and a ``LlamaForCausalLM`` with random weights,
+saved with ``save_pretrained``, give a real server: real kernels, real scheduler, real HTTP,
+real logs. Its text is noise; its shapes, timings and failures are SGLang's. The default size
+(hidden 2048, 16 layers, GQA 16/8, vocabulary 32,000) is about 0.9 B parameters, 1.8 GB in bf16.
+
+A chat template is set so ``/v1/chat/completions`` works like on a real chat model.
+
+Usage: python make_model.py OUT_DIR [--tiny]   (--tiny: a few MB, for a CPU check of this script)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+SPECIAL = ["<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>"]
+
+
+def corpus(limit_bytes: int) -> list[str]:
+    """Text to train the tokenizer on: the standard library's sources (present everywhere)."""
+    texts, size = [], 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        texts.append(text)
+        size += len(text)
+        if size >= limit_bytes:
+            break
+    return texts
+
+
+def build_tokenizer(out: Path, vocab_size: int, corpus_bytes: int) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus(corpus_bytes), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+
+
+def build_model(out: Path, vocab_size: int, tiny: bool) -> int:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    size = (
+        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        if tiny
+        else dict(
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+        )
+    )
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        torch_dtype="bfloat16",
+        tie_word_embeddings=False,
+        **size,
+    )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    return sum(p.numel() for p in model.parameters())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tiny", action="store_true")
+    args = parser.parse_args(argv)
+    if (args.out / "config.json").exists() and (args.out / "tokenizer.json").exists():
+        print(f"model already at {args.out}")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    vocab = 1000 if args.tiny else 32000
+    start = time.monotonic()
+    build_tokenizer(args.out, vocab, 2_000_000 if args.tiny else 20_000_000)
+    t_tok = time.monotonic() - start
+    params = build_model(args.out, vocab, args.tiny)
+    size = sum(p.stat().st_size for p in args.out.iterdir())
+    print(
+        json.dumps(
+            {
+                "out": str(args.out),
+                "parameters": params,
+                "bytes": size,
+                "tokenizer_s": round(t_tok, 1),
+                "total_s": round(time.monotonic() - start, 1),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

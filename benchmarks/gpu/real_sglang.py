@@ -1,0 +1,597 @@
+"""Real SGLang 0.5.17 on the lent H200: the cache role's layout, the gate and bench_serving.
+
+Runs on the device machine (``real_sglang.sh`` installs the carry set first). The server is
+started with exactly the argv and cache environment that roles/ render for an sm_90 host
+(``render.yml`` -> ``.device/carry/rendered-{serve,overflow}.json``); the cache volume is a
+directory behind the mount path, as Docker would bind it. Stages, each usable alone:
+
+``cache``
+    Cold start on an empty volume, then a warm start with only the volume kept (what a new
+    container sees): start times, the first greedy and first sampled request, and which cache
+    folders each start wrote, inside the volume and outside it (outside = rebuilt on every
+    container start). Records the SSE transcripts and the cold start log as fixtures.
+``compare``
+    The gate (gate-h200.yml: reference shape, 3 repeats) and ``sglang.bench_serving --backend
+    sglang --tokenize-prompt`` (random-ids, range ratio 1.0, same shape), alternated on one
+    server; per metric the median ratio gate/bench_serving and both spreads.
+``overflow``
+    The server restarted with the ``overflow`` rendering (4 queued, 8 running): the gate must
+    fail it naming aborted requests; the abort transcripts are recorded as fixtures.
+
+Everything lands in ``$WORK`` (default /tmp/rs); ``results.json`` and ``fixtures.tar.gz`` are
+copied to ``$OUT`` for the device tool to bring back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+CARRY = ROOT / ".device" / "carry"
+WORK = Path(os.environ.get("RS_WORK", "/tmp/rs"))
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+URL = "http://127.0.0.1:30000"
+MODEL_DIR = Path("/models/random-llama-0.9b")
+GATE_CONFIG = ROOT / "benchmarks" / "gpu" / "gate-h200.yml"
+# Metrics compared between the gate and bench_serving (same names in both reports).
+COMPARED = [
+    "total_throughput",
+    "output_throughput",
+    "request_throughput",
+    "max_output_tokens_per_s",
+    "concurrency",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "mean_e2e_latency_ms",
+    "median_e2e_latency_ms",
+    "p99_e2e_latency_ms",
+]
+# launch_server and the processes it forks ("sglang::scheduler", ...), never this script.
+SERVER_PATTERN = "sglang.launch_server|sglang::"
+RESULTS: dict[str, Any] = {}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def save_results() -> None:
+    WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / "results.json").write_text(json.dumps(RESULTS, indent=2, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------- the server
+class Server:
+    """launch_server from one rendering, its log in a file, the volume behind the mount path."""
+
+    def __init__(self, rendering: str, log_name: str) -> None:
+        self.spec = json.loads((CARRY / f"rendered-{rendering}.json").read_text())
+        self.log_path = WORK / log_name
+        self.proc: subprocess.Popen[bytes] | None = None
+        mount = self.spec["mounts"][0]
+        self.volume = WORK / "volumes" / mount["source"]
+        self.target = Path(mount["target"])
+
+    def mount(self) -> None:
+        """Bind the volume at the mount path (a symlink: no Docker here)."""
+        self.volume.mkdir(parents=True, exist_ok=True)
+        if self.target.is_symlink():
+            self.target.unlink()
+        elif self.target.exists():
+            self.target.rename(self.target.with_name(self.target.name + f".moved-{int(time.time())}"))
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.target.symlink_to(self.volume)
+
+    def start(self) -> None:
+        self.mount()
+        env = dict(os.environ)
+        env.update(self.spec["env"])
+        env["HOME"] = "/root"
+        argv = [
+            sys.executable if self.spec["command"][0] == "python3" else self.spec["command"][0],
+            *self.spec["command"][1:],
+        ]
+        if os.environ.get("RS_SERVER_PREFIX"):  # a CPU check of this script runs the test engine instead
+            argv = os.environ["RS_SERVER_PREFIX"].split() + self.spec["command"][3:]
+        log(f"start: {' '.join(argv)}")
+        self.log_file = self.log_path.open("ab")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv, stdout=self.log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    def wait_ready(self, timeout_s: float = 480) -> float:
+        """Seconds from start to the first 200 on /health (a 1-token generation on SGLang)."""
+        assert self.proc is not None
+        last = 0.0
+        while True:
+            waited = time.monotonic() - self.started
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {tail(self.log_path)}")
+            if waited > timeout_s:
+                raise RuntimeError(f"server not ready after {timeout_s} s: {tail(self.log_path)}")
+            try:
+                if requests.get(URL + "/health", timeout=5).status_code == 200:
+                    return round(waited, 1)
+            except requests.RequestException:
+                pass
+            if waited - last >= 15:
+                last = waited
+                log(f"  waiting for /health: {waited:.0f} s; log: {tail(self.log_path, 1)[:160]}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        # launch_server's scheduler and detokenizer are children; make sure nothing holds the GPU.
+        subprocess.run(["pkill", "-9", "-f", SERVER_PATTERN], check=False)
+        time.sleep(2)
+        self.log_file.close()
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------- caches
+SKIP_DIRS = ("/tmp/site", "/proc", "/sys")
+
+
+def files_under(roots: list[Path], skip: list[Path]) -> dict[str, int]:
+    """path -> size for every file under roots (symlinks not followed), skipping some trees."""
+    out: dict[str, int] = {}
+    skipped = [str(s) for s in skip] + list(SKIP_DIRS)
+    for root in roots:
+        if not root.exists():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            if any(dirpath == s or dirpath.startswith(s + "/") for s in skipped):
+                dirnames[:] = []
+                continue
+            for name in filenames:
+                p = os.path.join(dirpath, name)
+                with contextlib.suppress(OSError):
+                    out[p] = os.lstat(p).st_size
+    return out
+
+
+def outside_roots() -> list[Path]:
+    """Where a start could write outside the volume: a container's own layer would lose these."""
+    return [Path("/root"), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
+
+
+def group(paths: dict[str, int], base: Path, depth: int) -> dict[str, dict[str, int]]:
+    """Files and bytes per folder, ``depth`` levels below base."""
+    out: dict[str, dict[str, int]] = {}
+    for p, size in paths.items():
+        rel = Path(p).relative_to(base).parts if Path(p).is_relative_to(base) else Path(p).parts[1:]
+        key = "/".join(rel[:depth]) if len(rel) > depth else "/".join(rel[:-1]) or "."
+        slot = out.setdefault(key, {"files": 0, "bytes": 0})
+        slot["files"] += 1
+        slot["bytes"] += size
+    return dict(sorted(out.items()))
+
+
+def snapshot(server: Server) -> tuple[dict[str, int], dict[str, int]]:
+    inside = files_under([server.volume], [])
+    outside = files_under(outside_roots(), [WORK, server.target, ROOT, OUT])
+    return inside, outside
+
+
+def first_requests() -> dict[str, float]:
+    """The first greedy and the first sampled request (sampling builds FlashInfer's module)."""
+    times = {}
+    for name, params in (("greedy", {"temperature": 0.0}), ("sampled", {"temperature": 0.8, "top_p": 0.9})):
+        body = {"text": "Count from 1 to 100", "sampling_params": {"max_new_tokens": 8, **params}}
+        start = time.monotonic()
+        r = requests.post(URL + "/generate", json=body, timeout=600)
+        times[f"first_{name}_s"] = round(time.monotonic() - start, 3)
+        times[f"first_{name}_status"] = r.status_code
+    return times
+
+
+def record_fixtures(dest: Path, served: str) -> dict[str, Any]:
+    """Byte-for-byte answers of the endpoints the gate and the test engine speak."""
+    dest.mkdir(parents=True, exist_ok=True)
+    prompt = "Count from 1 to 100"
+    streams = {
+        "generate_text.sse": (
+            "/generate",
+            {"text": prompt, "stream": True, "sampling_params": {"max_new_tokens": 12, "temperature": 0.0}},
+        ),
+        "generate_input_ids.sse": (
+            "/generate",
+            {
+                "input_ids": list(range(100, 132)),
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True},
+            },
+        ),
+        "completions.sse": (
+            "/v1/completions",
+            {
+                "model": served,
+                "prompt": prompt,
+                "max_tokens": 12,
+                "temperature": 0.0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ),
+        "chat_completions.sse": (
+            "/v1/chat/completions",
+            {
+                "model": served,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 12,
+                "temperature": 0.0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ),
+    }
+    meta: dict[str, Any] = {}
+    for name, (path, body) in streams.items():
+        r = requests.post(URL + path, json=body, stream=True, timeout=120)
+        data = b"".join(r.iter_content(chunk_size=None))
+        (dest / name).write_bytes(data)
+        meta[name] = {
+            "path": path,
+            "request": body,
+            "status": r.status_code,
+            "content_type": r.headers.get("content-type", ""),
+        }
+    for name, path in (
+        ("get_server_info.json", "/get_server_info"),
+        ("get_model_info.json", "/get_model_info"),
+        ("v1_models.json", "/v1/models"),
+        ("metrics.txt", "/metrics"),
+    ):
+        r = requests.get(URL + path, timeout=30)
+        (dest / name).write_bytes(r.content)
+        meta[name] = {"path": path, "status": r.status_code}
+    (dest / "requests.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def stage_cache() -> None:
+    res: dict[str, Any] = {}
+    RESULTS["cache"] = res
+    server = Server("serve", "server-cold.log")
+    if server.volume.exists():
+        shutil.rmtree(server.volume)
+    server.mount()
+    _in0, out0 = snapshot(server)
+    server.start()
+    res["cold_ready_s"] = server.wait_ready()
+    log(f"cold start ready in {res['cold_ready_s']} s")
+    res["cold"] = first_requests()
+    log(f"cold first requests: {res['cold']}")
+    res["fixtures"] = record_fixtures(
+        WORK / "fixtures", server.spec["command"][server.spec["command"].index("--served-model-name") + 1]
+    )
+    server.stop()
+    in1, out1 = snapshot(server)
+    new_out = {p: s for p, s in out1.items() if p not in out0}
+    res["cold_written_inside_volume"] = group(in1, server.volume, 2)
+    res["cold_written_outside_volume"] = group(new_out, Path("/"), 3)
+    # A new container keeps only the volume: drop what the cold start wrote anywhere else.
+    for p in new_out:
+        Path(p).unlink(missing_ok=True)
+    shutil.copy(server.log_path, WORK / "fixtures" / "server_cold_start.log")
+
+    server = Server("serve", "server-warm.log")
+    server.start()
+    res["warm_ready_s"] = server.wait_ready()
+    log(f"warm start ready in {res['warm_ready_s']} s")
+    res["warm"] = first_requests()
+    log(f"warm first requests: {res['warm']}")
+    server.stop()
+    in2, out2 = snapshot(server)
+    res["warm_new_inside_volume"] = group({p: s for p, s in in2.items() if p not in in1}, server.volume, 2)
+    res["warm_rewritten_outside_volume"] = group({p: s for p, s in out2.items() if p not in out0}, Path("/"), 3)
+    res["volume_files"] = len(in2)
+    res["volume_bytes"] = sum(in2.values())
+    shutil.copy(server.log_path, WORK / "fixtures" / "server_warm_start.log")
+    save_results()
+
+
+# --------------------------------------------------------------------------- gate vs bench_serving
+def run_gate(report: Path, server_log: Path, tag: str, config: Path = GATE_CONFIG) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "validate",
+        "gate",
+        "--url",
+        URL,
+        "--config",
+        str(config),
+        "--report",
+        str(report),
+        "--log",
+        str(server_log),
+        "--label",
+        f"run={tag}",
+    ]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    took = time.monotonic() - start
+    data = json.loads((report / "report.json").read_text())
+    tp = data["phases"].get("throughput") or {}
+    log(
+        f"gate {tag}: {data['verdict']} rc={proc.returncode} in {took:.0f} s; failed checks {data['failed_checks']}; "
+        f"failure reasons {tp.get('failure_reasons', {})}"
+    )
+    return {
+        "rc": proc.returncode,
+        "seconds": round(took, 1),
+        "verdict": data["verdict"],
+        "failed_checks": data["failed_checks"],
+        "runs": tp.get("runs", []),
+        "spread": tp.get("spread", {}),
+        "failure_reasons": tp.get("failure_reasons", {}),
+        "single_stream": data["phases"].get("single_stream"),
+        "stderr_tail": proc.stderr[-2000:],
+    }
+
+
+def run_bench(out_file: Path, seed: int, num_prompts: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30000",
+        "--model",
+        str(MODEL_DIR),
+        "--tokenizer",
+        str(MODEL_DIR),
+        "--dataset-name",
+        "random-ids",
+        "--tokenize-prompt",
+        "--random-input-len",
+        str(num_prompts),
+        "--random-output-len",
+        "128",
+        "--random-range-ratio",
+        "1.0",
+        "--num-prompts",
+        "256",
+        "--request-rate",
+        "inf",
+        "--seed",
+        str(seed),
+        "--warmup-requests",
+        "1",
+        "--disable-tqdm",
+        "--output-file",
+        str(out_file),
+    ]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=WORK, capture_output=True, text=True, check=False)
+    took = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_serving rc={proc.returncode}: {proc.stderr[-3000:]}")
+    row = json.loads(out_file.read_text().splitlines()[-1])
+    row.pop("server_info", None)
+    log(
+        f"bench_serving {seed}: {row['total_throughput']:.0f} total tok/s, {row['completed']} completed, "
+        f"in {took:.0f} s"
+    )
+    return row
+
+
+def spread(values: list[float]) -> float | None:
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med else None
+
+
+def stage_compare(rounds: int, num_prompts: int) -> None:
+    res: dict[str, Any] = {"gates": [], "bench": [], "num_prompts": num_prompts}
+    RESULTS[f"compare-{num_prompts}"] = res
+    config = GATE_CONFIG
+    if num_prompts != 256:  # the reference shape, longer: fewer seconds' noise per run
+        import yaml
+
+        data = yaml.safe_load(GATE_CONFIG.read_text())
+        data["throughput"]["num_prompts"] = num_prompts
+        config = WORK / f"gate-h200-{num_prompts}.yml"
+        config.write_text(yaml.safe_dump(data))
+    server = Server("serve", "server-compare.log")
+    server.start()
+    res["ready_s"] = server.wait_ready()
+    first_requests()
+    for i in range(1, rounds + 1):
+        res["gates"].append(run_gate(WORK / f"gate-{num_prompts}-{i}", server.log_path, f"compare-{i}", config))
+        res["bench"].append(run_bench(WORK / f"bench-{num_prompts}.jsonl", i, num_prompts))
+        pack()
+    server.stop()
+    table = {}
+    for metric in COMPARED:
+        gate_runs = [r[metric] for g in res["gates"] for r in g["runs"] if r.get(metric) is not None]
+        gate_meds = [statistics.median([r[metric] for r in g["runs"]]) for g in res["gates"] if g["runs"]]
+        bench = [b[metric] for b in res["bench"] if b.get(metric) is not None]
+        if not gate_meds or not bench:
+            continue
+        ratios = [g / b for g, b in zip(gate_meds, bench, strict=False) if b]
+        table[metric] = {
+            "gate_median": statistics.median(gate_runs),
+            "bench_median": statistics.median(bench),
+            "ratio_median": statistics.median(ratios) if ratios else None,
+            "gate_spread": spread(gate_runs),
+            "bench_spread": spread(bench),
+        }
+    res["table"] = table
+    log(f"{'metric':24} {'gate':>10} {'bench':>10} {'ratio':>7} {'g.spread':>9} {'b.spread':>9}")
+    for metric, row in table.items():
+        log(
+            f"{metric:24} {row['gate_median']:10.1f} {row['bench_median']:10.1f} {row['ratio_median']:7.3f} "
+            f"{row['gate_spread']:9.3f} {row['bench_spread']:9.3f}"
+        )
+    save_results()
+
+
+# --------------------------------------------------------------------------- the overflow fault
+def capture_overflow(dest: Path, served: str, concurrency: int = 64) -> dict[str, Any]:
+    """``concurrency`` streams at once at each endpoint: keep one aborted transcript of each."""
+    dest.mkdir(parents=True, exist_ok=True)
+    bodies = {
+        "generate": (
+            "/generate",
+            {
+                "input_ids": list(range(100, 356)),
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": True},
+            },
+        ),
+        "chat": (
+            "/v1/chat/completions",
+            {
+                "model": served,
+                "messages": [{"role": "user", "content": "Count"}],
+                "max_tokens": 64,
+                "temperature": 0.0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ),
+    }
+    summary: dict[str, Any] = {}
+    for name, (path, body) in bodies.items():
+        answers: list[tuple[int, bytes]] = []
+        lock = threading.Lock()
+
+        def one(
+            path: str = path,
+            body: dict[str, Any] = body,
+            answers: list[tuple[int, bytes]] = answers,
+            lock: threading.Lock = lock,
+        ) -> None:
+            try:
+                r = requests.post(URL + path, json=body, stream=True, timeout=300)
+                data = b"".join(r.iter_content(chunk_size=None))
+                with lock:
+                    answers.append((r.status_code, data))
+            except requests.RequestException as exc:
+                with lock:
+                    answers.append((-1, repr(exc).encode()))
+
+        threads = [threading.Thread(target=one) for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        aborted = [a for a in answers if b'"abort"' in a[1] or b'"error"' in a[1]]
+        summary[name] = {
+            "requests": len(answers),
+            "aborted_or_error": len(aborted),
+            "statuses": sorted({a[0] for a in answers}),
+        }
+        if aborted:
+            (dest / f"overflow_{name}.sse").write_bytes(aborted[0][1])
+        ok = [a for a in answers if a not in aborted]
+        if ok:
+            (dest / f"overflow_{name}_completed.sse").write_bytes(ok[0][1])
+    return summary
+
+
+def stage_overflow() -> None:
+    res: dict[str, Any] = {}
+    RESULTS["overflow"] = res
+    server = Server("overflow", "server-overflow.log")
+    server.start()
+    res["ready_s"] = server.wait_ready()
+    res["argv_tail"] = server.spec["command"][-8:]
+    served = server.spec["command"][server.spec["command"].index("--served-model-name") + 1]
+    res["capture"] = capture_overflow(WORK / "fixtures", served)
+    log(f"overflow capture: {res['capture']}")
+    res["gate"] = run_gate(WORK / "gate-overflow", server.log_path, "overflow")
+    server.stop()
+    shutil.copy(server.log_path, WORK / "fixtures" / "server_overflow.log")
+    save_results()
+
+
+# --------------------------------------------------------------------------- main
+def pack() -> None:
+    """results.json and one tar of fixtures, logs and gate reports into $OUT (8 files at most)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    save_results()
+    shutil.copy(WORK / "results.json", OUT / "results.json")
+    with tarfile.open(OUT / "fixtures.tar.gz", "w:gz") as tar:
+        for name in [
+            "fixtures",
+            *sorted(p.name for p in WORK.glob("gate-*")),
+            *sorted(p.name for p in WORK.glob("server-*.log")),
+            *sorted(p.name for p in WORK.glob("bench*.jsonl")),
+        ]:
+            if (WORK / name).exists():
+                tar.add(WORK / name, arcname=name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stages", nargs="+", choices=["cache", "compare", "overflow"])
+    parser.add_argument("--rounds", type=int, default=3, help="gate / bench_serving alternations")
+    parser.add_argument("--num-prompts", type=int, default=256, help="compare: prompts per run (reference: 256)")
+    args = parser.parse_args(argv)
+    WORK.mkdir(parents=True, exist_ok=True)
+    if (WORK / "results.json").exists():
+        RESULTS.update(json.loads((WORK / "results.json").read_text()))
+    rc = 0
+    try:
+        for stage in args.stages:
+            log(f"==== {stage}")
+            start = time.monotonic()
+            {
+                "cache": stage_cache,
+                "compare": lambda: stage_compare(args.rounds, args.num_prompts),
+                "overflow": stage_overflow,
+            }[stage]()
+            RESULTS.setdefault("stage_seconds", {})[stage] = round(time.monotonic() - start, 1)
+    except Exception as exc:  # the device call must still bring back what was measured
+        log(f"FAILED: {type(exc).__name__}: {exc}")
+        RESULTS.setdefault("errors", []).append(f"{type(exc).__name__}: {exc}")
+        subprocess.run(["pkill", "-9", "-f", SERVER_PATTERN], check=False)
+        rc = 1
+    pack()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
