@@ -21,6 +21,7 @@ import datetime
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -126,6 +127,36 @@ def ensure_wheel(dist: str, version: str) -> Path:
     return found[0]
 
 
+# pydantic 2 for the gate in the test-engine image (bookworm packages 1.10); its needs, pinned.
+GATE_WHEELS = ("pydantic==2.12.5", "pydantic-core==2.41.5", "annotated-types==0.7.0",
+               "typing-inspection==0.4.2", "typing-extensions==4.15.0")  # fmt: skip
+
+
+def ensure_gate_wheels() -> list[Path]:
+    """The cp311 (bookworm's Python) wheels of GATE_WHEELS, downloaded once into .cache/wheels.
+
+    Downloaded here, not by pip inside the build: the build container neither shares this
+    machine's pip configuration (mirrors, proxy certificates) nor needs a network for it.
+    """
+    target = WHEEL_CACHE / "gate-cp311"
+    stems = [spec.split("==")[0].replace("-", "_") + "-" + spec.split("==")[1] for spec in GATE_WHEELS]
+    found = [sorted(target.glob(f"{stem}-*.whl")) for stem in stems]
+    if all(found):
+        return [f[0] for f in found]
+    target.mkdir(parents=True, exist_ok=True)
+    arch = platform.machine()
+    log(f"downloading the gate's wheels for Python 3.11 ({', '.join(GATE_WHEELS)}) into {target}")
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+           "--python-version", "3.11", "--implementation", "cp", "-d", str(target)]  # fmt: skip
+    for tag in (f"manylinux2014_{arch}", f"manylinux_2_17_{arch}", f"manylinux_2_28_{arch}"):
+        cmd += ["--platform", tag]
+    proc = subprocess.run([*cmd, *GATE_WHEELS], capture_output=True, text=True, check=False)
+    found = [sorted(target.glob(f"{stem}-*.whl")) for stem in stems]
+    if proc.returncode != 0 or not all(found):
+        raise BuildError(f"could not download {', '.join(GATE_WHEELS)} from PyPI: {proc.stderr.strip()[-500:]}")
+    return [f[0] for f in found]
+
+
 def expected_patches(sglang_wheel: Path, version: str) -> str:
     """The patch label the image build will produce, decided on the wheel before building."""
     patches = load_patches(HERE / "patches")
@@ -199,6 +230,18 @@ def docker_build(ctx: Path, dockerfile: str, tag: str, build_args: dict[str, str
     return True
 
 
+def _stage_validate(ctx: Path, build_args: dict[str, str]) -> None:
+    """validate/ goes into every serving image (the gate runs next to the server); its version
+    label is the hash of its sources, so a report can say which gate judged it."""
+    h = hashlib.sha256()
+    for src in sorted((REPO / "validate").rglob("*")):
+        if src.is_file() and "__pycache__" not in src.parts and src.suffix != ".pyc":
+            rel = src.relative_to(REPO / "validate")
+            _link_or_copy(src, ctx / "validate" / rel)
+            h.update(str(rel).encode() + b"\0" + archive.sha256_file(src).encode() + b"\n")
+    build_args["VALIDATE_VERSION"] = h.hexdigest()[:16]
+
+
 def _stage_patches(ctx: Path) -> None:
     for name in ("apply.py", "patchset.py"):
         _link_or_copy(HERE / "patches" / name, ctx / "patches" / name)
@@ -228,6 +271,7 @@ def build_sglang(args: argparse.Namespace) -> str:
         for name in ("Dockerfile", "hashes.txt", "healthcheck.py", "allreduce_bench.py", "wheels/README.md"):
             _link_or_copy(HERE / "sglang" / name, ctx / "sglang" / name)
         _stage_patches(ctx)
+        _stage_validate(ctx, build_args)
         if args.install_mode == "cpu-test":
             for dist, version in (
                 ("sglang", args.sglang_version),
@@ -257,6 +301,10 @@ def build_test_engine(args: argparse.Namespace) -> list[str]:
         for src in sorted((REPO / "testengine").rglob("*")):
             if src.is_file() and "__pycache__" not in src.parts and src.suffix != ".pyc":
                 _link_or_copy(src, ctx / "testengine" / src.relative_to(REPO / "testengine"))
+        validate_args: dict[str, str] = {}
+        _stage_validate(ctx, validate_args)
+        for wheel in ensure_gate_wheels():
+            _link_or_copy(wheel, ctx / "images" / "test-engine" / "wheels" / wheel.name)
         for key in keys:
             rel = TEST_ENGINE_RELEASES[key]
             tag = f"{args.repo}:{rel.tag}"
@@ -267,6 +315,7 @@ def build_test_engine(args: argparse.Namespace) -> list[str]:
                 "FLASHINFER_VERSION": rel.flashinfer,
                 "CUDA_VERSION": rel.cuda,
                 "PATCHES": rel.patches,
+                **validate_args,
             }
             docker_build(ctx, "images/test-engine/Dockerfile", tag, build_args, force=args.force)
             _maybe_archive(args, tag)

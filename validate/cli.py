@@ -6,7 +6,9 @@ judges again; ``wait`` is readiness alone.
 
 Exit codes: 0 pass (or ready), 1 gate failed (or not ready in time), 2 bad config or
 usage (the message names the field or flag). Bad input never shows a traceback.
-The API key comes only from the SGLANG_API_KEY environment variable.
+The API key comes from ``--api-key-file`` (a file, e.g. mounted read-only from a tmpfs into
+the gate's container, so the key is in no environment ``docker inspect`` shows and on no
+command line) or from the SGLANG_API_KEY environment variable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import baseline as baseline_store
+from .client import API_KEY_ENV
 from .config import ConfigError, GateConfig, ReadinessConfig, load_config, parse_config
 from .files import LockTimeout
 
@@ -108,6 +111,19 @@ def _add_baseline_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _load_api_key(path: str | None) -> None:
+    """``--api-key-file``: the key for this process only (it is never printed, logged or stored)."""
+    if not path:
+        return
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--api-key-file: cannot read {path}: {exc.__class__.__name__}") from None
+    if not key or "\n" in key:
+        raise ConfigError(f"--api-key-file: {path} must hold the key on one line")
+    os.environ[API_KEY_ENV] = key
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validate", description="Post-deploy gate for SGLang servers.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{gate,finalize,wait}")
@@ -125,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_baseline_flags(g)
     g.add_argument("--patch-record", help="the image's patches.json, copied into the report")
     g.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="free label (repeatable)")
+    g.add_argument("--api-key-file", metavar="FILE", help="read the server's API key from this file (one line)")
     f = sub.add_parser(
         "finalize", help="add the server's log of the gate window to a finished report and judge it again"
     )
@@ -135,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--url", required=True)
     w.add_argument("--timeout", type=float, default=900.0, help="seconds (default 900)")
     w.add_argument("--interval", type=float, default=5.0, help="seconds between progress lines (default 5)")
+    w.add_argument("--api-key-file", metavar="FILE", help="read the server's API key from this file (one line)")
     return p
 
 
@@ -216,10 +234,21 @@ def cmd_gate(args: argparse.Namespace) -> int:
     opts = _gate_options(args)
     say(
         f"gate: {opts.url} with {args.config}"
-        + (" (API key from SGLANG_API_KEY)" if os.environ.get("SGLANG_API_KEY") else "")
+        + (" (API key from --api-key-file)" if args.api_key_file else "")
+        + (" (API key from SGLANG_API_KEY)" if os.environ.get(API_KEY_ENV) and not args.api_key_file else "")
     )
     report = asyncio.run(Gate(opts, say).run())
+    report["gate_process"] = _process_usage()
     return _finish(args, report)
+
+
+def _process_usage() -> dict[str, float]:
+    """The gate's own CPU seconds and peak memory: what it costs the machine it runs on (the
+    controller, or the GPU host next to the server; benchmarks/rollout.py compares the two)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": round(ru.ru_utime + ru.ru_stime, 3), "max_rss_mb": round(ru.ru_maxrss / 1024, 1)}
 
 
 def cmd_finalize(args: argparse.Namespace) -> int:
@@ -264,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"gate": cmd_gate, "finalize": cmd_finalize, "wait": cmd_wait}
     try:
+        _load_api_key(getattr(args, "api_key_file", None))
         return commands[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr, flush=True)

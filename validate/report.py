@@ -5,11 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from .files import write_json_atomic, write_text_atomic
 
 
@@ -177,8 +172,19 @@ def render_summary(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_sweep(r: dict[str, Any], path: str | Path) -> None:
-    """Throughput and p99 latency against concurrency; failed steps marked in red."""
+def plot_sweep(r: dict[str, Any], path: str | Path) -> bool:
+    """Throughput and p99 latency against concurrency; failed steps marked in red.
+
+    matplotlib is optional: the serving images carry validate/ for the gate on the host without
+    it (summary.md and report.json hold every figure). Returns whether the plot was written.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
     steps = [
         s
         for s in (((r.get("phases") or {}).get("stability") or {}).get("steps") or [])
@@ -237,6 +243,7 @@ def plot_sweep(r: dict[str, Any], path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True
 
 
 def write_all(r: dict[str, Any], out_dir: str | Path) -> str:

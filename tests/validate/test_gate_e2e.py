@@ -364,6 +364,19 @@ def test_api_key_from_env_works_and_is_never_written(engine_factory, tmp_path, c
     assert secret not in out
     assert rep["phases"]["server_info_raw"]["api_key"] == "***redacted***"
     assert rep["phases"]["server_info_raw"]["model_path"]  # only secret names are redacted
+    # --api-key-file (the gate's container on a host reads the key from a tmpfs file)
+    monkeypatch.delenv("SGLANG_API_KEY", raising=False)
+    keyfile = tmp_path / "api_key"
+    keyfile.write_text(secret + "\n")
+    code, out, rep = _gate(capsys, eng, cfg, tmp_path / "keyfile", "--api-key-file", str(keyfile))
+    assert code == 0 and "API key from --api-key-file" in out and secret not in out
+    assert 0 < rep["gate_process"]["cpu_s"] < 60 and rep["gate_process"]["max_rss_mb"] > 10
+    assert secret not in (tmp_path / "keyfile" / "report.json").read_text()
+    keyfile.write_text("")
+    code, _out, err = run_gate(capsys, "gate", "--url", eng.url, "--config", str(cfg), "--report",
+                               str(tmp_path / "empty"), "--api-key-file", str(keyfile))  # fmt: skip
+    assert code == 2 and err.strip() == f"--api-key-file: {keyfile} must hold the key on one line"
+    assert not (tmp_path / "empty" / "report.json").exists()
 
 
 def test_wait_subcommand(engine_factory, capsys):

@@ -87,3 +87,33 @@ def test_summary_names_the_rolled_back_host_and_its_failed_check(host):
     # the stop: h3 comes after the failed batch, so the rollout never reached it
     assert _host_entry(summary, "mol-fleet-h3") is None, summary
     assert "mol-fleet-h3" in summary["not_reached"], summary
+
+
+H1_KEY = "sk-molecule-fleet-h1-3c9a"
+
+
+def test_gates_ran_next_to_the_servers_and_the_summary_says_so(host):
+    summary = _summary()
+    for name in ("mol-fleet-h1", "mol-fleet-h2"):
+        entry = _host_entry(summary, name)
+        assert entry is not None and entry["gate_location"] == "host", entry
+    reports = helpers.gate_reports("mol-fleet-h1")
+    last = reports[-1]
+    # h1's server wants its key: a pass means the gate container read it from the tmpfs file
+    assert last["verdict"] == "pass" and last["labels"]["gate_location"] == "host", last["labels"]
+    assert last["url"].startswith("http://127.0.0.1:31201"), last["url"]
+    for path in helpers.reports_dir().glob("mol-fleet-h1/*/*"):
+        if path.is_file():
+            assert H1_KEY.encode() not in path.read_bytes(), path
+
+
+def test_no_gate_container_and_no_key_file_is_left(host):
+    me = helpers.inventory_name(host)
+    left = host.check_output("docker ps -aq --filter label=io.sglang-deploy.role=gate").split()
+    assert left == [], left
+    assert not host.file(f"/dev/shm/sglang-molecule-gate/{me}/api_key").exists
+    # the serving image carries the gate it ran: validate/, versioned in a label
+    label = host.check_output(
+        "docker image inspect -f '{{ index .Config.Labels \"io.sglang-deploy.validate.version\" }}' %s", RELEASE_B
+    )
+    assert len(label.strip()) == 16 and int(label.strip(), 16) >= 0, label
