@@ -10,6 +10,14 @@ Figures are the TEST ENGINE's and this machine's (2 cores shared by every host),
 fleet's. Run after `bash scripts/setup.sh`:
 
     .venv/bin/python benchmarks/rollout.py [--hosts 1 3 6] [--serial '[1, "50%"]']
+
+``--compare-locations`` rolls one wave of 3 and one of 6 hosts with the gates on the controller
+and with the gates on the hosts (sglang_gate_location), and prints, per wave, the CPU seconds the
+gates cost the controller (each report's ``gate_process.cpu_s``, counted where the gate ran), the
+whole ansible-playbook tree's CPU, and the spread of the gates' throughput across the wave next to
+one host's run-to-run spread. Here every "host" is this machine, so host-side work (modules and
+the host gates' containers) shares its cores: what it shows is where the gates' CPU goes, not a
+GPU fleet's figures.
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ def batch_sizes(serial: list[int | str], hosts: int) -> list[int]:
     return sizes
 
 
-def write_inventory(directory: Path, hosts: int, serial: list[int | str]) -> Path:
+def write_inventory(directory: Path, hosts: int, serial: list[int | str], gate_location: str = "controller") -> Path:
     names = [f"bench-h{i:02d}" for i in range(1, hosts + 1)]
     inventory = {
         "all": {
@@ -71,6 +79,8 @@ def write_inventory(directory: Path, hosts: int, serial: list[int | str]) -> Pat
                             "sglang_server_container_name": f"bench-sglang-{name}",
                             "flashinfer_cache_volume_prefix": f"bench-fic-{name}",
                             "sglang_server_state_dir": str(directory / "state" / name),
+                            "sglang_gate_location": gate_location,
+                            "sglang_gate_secret_dir": f"/dev/shm/rollout-bench-{name}",
                         }
                         for i, name in enumerate(names)
                     }
@@ -115,6 +125,89 @@ def cleanup(hosts: int) -> None:
             subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
 
 
+@dataclass
+class WaveRun:
+    """One wave of ``hosts`` hosts gated at ``location``: where the gates' CPU went."""
+
+    location: str
+    hosts: int
+    rc: int
+    wall_s: float
+    ansible_tree_cpu_s: float  # ansible-playbook and every child: with local connection, host work too
+    gate_cpu_on_controller_s: float
+    gate_cpu_on_hosts_s: float
+    wave_spread: float | None  # (max - min) / median of the hosts' median total throughput
+    host_spread_median: float | None  # median over hosts of each gate's own run-to-run spread
+
+
+def _spread(values: list[float]) -> float | None:
+    values = sorted(values)
+    if not values:
+        return None
+    med = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    return (values[-1] - values[0]) / med if med else None
+
+
+def wave(hosts: int, location: str) -> WaveRun:
+    """All ``hosts`` in one batch (serial = hosts): the wave whose gates run at the same time."""
+    import resource
+
+    cleanup(hosts)
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
+        inventory = write_inventory(Path(tmp), hosts, [hosts], location)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "deploy.yml"],
+            cwd=ROOT, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n", file=sys.stderr)
+        reports = [json.loads(p.read_text()) for p in sorted(Path(tmp, "reports").glob("*/*/report.json"))]
+    cleanup(hosts)
+    cpu = [r.get("gate_process", {}).get("cpu_s", 0.0) for r in reports]
+    throughput = [r["phases"]["throughput"]["total_throughput"] for r in reports if r["phases"].get("throughput")]
+    own = [
+        r["phases"]["throughput"]["spread"]["total_token_throughput"]["spread"]
+        for r in reports
+        if (r["phases"].get("throughput") or {}).get("spread")
+    ]
+    return WaveRun(
+        location=location, hosts=hosts, rc=proc.returncode, wall_s=round(wall, 1),
+        ansible_tree_cpu_s=round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
+        gate_cpu_on_controller_s=round(sum(cpu) if location == "controller" else 0.0, 1),
+        gate_cpu_on_hosts_s=round(sum(cpu) if location == "host" else 0.0, 1),
+        wave_spread=_spread(throughput), host_spread_median=_spread(own) and sorted(own)[len(own) // 2],
+    )  # fmt: skip
+
+
+def compare_locations(sizes: list[int]) -> list[WaveRun]:
+    runs = [wave(n, loc) for loc in ("controller", "host") for n in sizes]
+    print("TEST ENGINE waves on this machine (not a GPU fleet): where the gates' CPU goes")
+    head = f"{'gate on':>10} {'hosts':>5} {'wall s':>7} {'gates on ctl s':>14} {'gates on hosts s':>16} "
+    print(head + f"{'ansible tree s':>14} {'wave spread':>11} {'host spread':>11}  rc")
+    for r in runs:
+        print(
+            f"{r.location:>10} {r.hosts:>5} {r.wall_s:>7.1f} {r.gate_cpu_on_controller_s:>14.1f} "
+            f"{r.gate_cpu_on_hosts_s:>16.1f} {r.ansible_tree_cpu_s:>14.1f} "
+            f"{(r.wave_spread or 0) * 100:>10.1f}% {(r.host_spread_median or 0) * 100:>10.1f}%  {r.rc}"
+        )
+    for loc in ("controller", "host"):
+        small, big = (next(r for r in runs if r.location == loc and r.hosts == n) for n in (min(sizes), max(sizes)))
+        gate_ratio = (
+            big.gate_cpu_on_controller_s / small.gate_cpu_on_controller_s if small.gate_cpu_on_controller_s else None
+        )
+        print(
+            f"{loc}: {max(sizes)}-host / {min(sizes)}-host wave: controller CPU for gates "
+            + (f"x{gate_ratio:.2f}" if gate_ratio is not None else f"{big.gate_cpu_on_controller_s:.1f} s vs "
+               f"{small.gate_cpu_on_controller_s:.1f} s (none on the controller)")
+            + f"; whole ansible tree x{big.ansible_tree_cpu_s / small.ansible_tree_cpu_s:.2f}"
+        )  # fmt: skip
+    return runs
+
+
 def rollout(hosts: int, serial: list[int | str]) -> RolloutRun:
     cleanup(hosts)
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
@@ -139,7 +232,14 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 3, 6])
     parser.add_argument("--serial", default='[1, "50%"]', help="serial batches as YAML (default: the rollout's)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--compare-locations", action="store_true", help="gates on the controller vs on the hosts")
     args = parser.parse_args()
+    if args.compare_locations:
+        sizes = [n for n in args.hosts if n > 1] or [3, 6]
+        waves = compare_locations(sizes if len(sizes) > 1 else [3, 6])
+        if args.json:
+            args.json.write_text(json.dumps([w.__dict__ for w in waves], indent=2))
+        return 0 if all(w.rc == 0 for w in waves) else 1
     serial = yaml.safe_load(args.serial)
     runs = [rollout(n, serial) for n in args.hosts]
     first = runs[0]
