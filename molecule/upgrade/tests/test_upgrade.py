@@ -48,3 +48,20 @@ def test_upgrade_started_cold_and_restart_found_it_warm(host):
 def test_upgrade_passed_its_gate(host):
     reports = helpers.gate_reports("mol-upgrade-h1")
     assert reports and reports[-1]["verdict"] == "pass"
+
+
+def test_traffic_hooks_drain_before_the_replacement_and_undrain_after_the_gate(host):
+    """converge: first start, undrain after its gate; upgrade: drain, new gate, undrain; redeploy: nothing."""
+    lines = (helpers.reports_dir().parent / "traffic-hooks.log").read_text().split("\n")
+    events = [line.split() for line in lines if line.strip()]
+    assert [(e[0], e[1]) for e in events] == [
+        ("undrain", "mol-upgrade-h1"),
+        ("drain", "mol-upgrade-h1"),
+        ("undrain", "mol-upgrade-h1"),
+    ], events
+    reports = [r for r in helpers.gate_reports("mol-upgrade-h1") if "release-b" in r["labels"].get("image", "")]
+    assert reports, "no gate report of release-b"
+    gate_started = reports[0]["started_at"][:19]
+    assert events[1][2] <= gate_started <= events[2][2], (events, gate_started)
+    info = helpers.container(host, NAME)
+    assert info["Config"].get("StopTimeout") == 20, info["Config"].get("StopTimeout")
