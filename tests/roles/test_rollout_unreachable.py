@@ -1,0 +1,118 @@
+"""A host that becomes unreachable stops the rollout, is named, and is finished first next time.
+
+Real `ansible-playbook deploy.yml` runs over four test-engine hosts on this machine (local
+connection, each with its own container, port and cache volume), batches [1, 2]: u-h1 | u-h2,
+u-h3 | u-h4. u-h2 answers preflight, then becomes an SSH host nobody answers for (127.0.0.1
+port 1) once its rollout starts: Ansible runs neither
+rescue nor always for it and max_fail_percentage does not count it. The rollout must stop
+before u-h4's batch, the summary must name u-h2 as unreachable with the stage it was in, and the
+next run (u-h2 reachable again) must finish u-h2 before it touches u-h4.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from roles_testlib import BIN, REPO, ansible_env, docker_ok
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow,
+              pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]  # fmt: skip
+
+HOSTS = ["u-h1", "u-h2", "u-h3", "u-h4"]
+BASE_PORT = 31700
+
+
+def _inventory(tmp: Path, h2_reachable: bool) -> Path:
+    inv = tmp / "inventory"
+    (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    hosts = {}
+    for i, name in enumerate(HOSTS):
+        hosts[name] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "sglang_server_port": BASE_PORT + i,
+            "sglang_server_container_name": f"unreach-sglang-{name}",
+            "flashinfer_cache_volume_prefix": f"unreach-fic-{name}",
+            "sglang_server_state_dir": str(tmp / "state" / name),
+        }
+    if not h2_reachable:
+        # Reachable for preflight, gone once its rollout starts (an SSH port nobody answers on): the
+        # connection is chosen per task from the stage marker the rollout sets.
+        hosts["u-h2"].update(
+            ansible_connection="{{ 'ssh' if sglang_rollout_stage is defined else 'local' }}",
+            ansible_host="127.0.0.1", ansible_port=1, ansible_ssh_common_args="-o ConnectTimeout=3",
+        )  # fmt: skip
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sglang_servers": {"hosts": hosts}}}}))
+    local = yaml.safe_load((REPO / "inventory/local/group_vars/all/main.yml").read_text())
+    for key in ("sglang_image_archive_path", "sglang_image_archive_on_host"):
+        local.pop(key, None)
+    local.update(
+        sglang_image="local/sglang-test-engine:release-a",
+        sglang_image_source="local",
+        sglang_reports_dir=str(tmp / "reports"),
+        sglang_gate_config={**yaml.safe_load((REPO / "validate/configs/test-engine.yml").read_text()),
+                            "baseline": {"tolerance": 0.5}},
+    )  # fmt: skip
+    (inv / "group_vars/all/main.yml").write_text(yaml.safe_dump(local))
+    rollout = {"sglang_rollout_serial": [1, 2], "sglang_rollout_max_fail_percentage": 0}
+    (inv / "group_vars/all/rollout.yml").write_text(yaml.safe_dump(rollout))
+    return inv
+
+
+def _deploy(inv: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "-e", f"sglang_run_id={run_id}"],
+        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+def _cleanup() -> None:
+    for name in HOSTS:
+        subprocess.run(["docker", "rm", "-f", f"unreach-sglang-{name}"], capture_output=True, check=False)
+        vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=unreach-fic-{name}-"],
+                              capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+        if vols:
+            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
+
+
+def _running(name: str) -> bool:
+    out = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", f"unreach-sglang-{name}"],
+                         capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    return out == "true"
+
+
+def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_path):
+    _cleanup()
+    try:
+        first = _deploy(_inventory(tmp_path, h2_reachable=False), "20261203T100000Z")
+        log = first.stdout + first.stderr
+        assert first.returncode != 0, log[-4000:]
+        run1 = tmp_path / "reports" / "20261203T100000Z"
+        assert (run1 / "rollout-summary.json").is_file(), log[-5000:]
+        summary = json.loads((run1 / "rollout-summary.json").read_text())
+        assert summary["unreachable"] == ["u-h2"], summary
+        assert summary["not_reached"] == ["u-h4"], summary  # stopped before the next batch
+        h2 = json.loads((run1 / "hosts" / "u-h2.json").read_text())
+        assert h2["outcome"] == "unreachable" and h2["stage"] == "image", h2
+        assert "The next run finishes this host first" in h2["messages"][0]
+        assert _running("u-h1") and _running("u-h3") and not _running("u-h4")
+        assert "u-h2 became unreachable" in (run1 / "rollout-summary.md").read_text()
+
+        second = _deploy(_inventory(tmp_path, h2_reachable=True), "20261203T110000Z")
+        log = second.stdout + second.stderr
+        assert second.returncode == 0, log[-4000:]
+        repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
+        main = log.index("PLAY [Roll out host by host (canary first)]")
+        assert repair < log.index("ok: [u-h2]", repair) < main, log[repair - 1500 : main + 200]  # repaired first
+        assert "u-h4" not in log[repair:main]  # ... before u-h4 is touched
+        run2 = json.loads((tmp_path / "reports" / "20261203T110000Z" / "rollout-summary.json").read_text())
+        assert run2["unreachable"] == [] and run2["failed"] == [] and run2["not_reached"] == []
+        assert sorted(run2["moved"]) == ["u-h2", "u-h4"], run2
+        assert all(_running(h) for h in HOSTS)
+    finally:
+        _cleanup()
