@@ -71,6 +71,7 @@ COMPARED = [
 # launch_server and the processes it forks ("sglang::scheduler", ...), never this script.
 SERVER_PATTERN = "sglang.launch_server|sglang::"
 RESULTS: dict[str, Any] = {}
+STARTED: list[Server] = []  # stopped on any failure, so no server outlives the run
 
 
 def log(msg: str) -> None:
@@ -118,6 +119,7 @@ class Server:
         log(f"start: {' '.join(argv)}")
         self.log_file = self.log_path.open("ab")
         self.started = time.monotonic()
+        STARTED.append(self)
         self.proc = subprocess.Popen(
             argv, stdout=self.log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
@@ -587,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the device call must still bring back what was measured
         log(f"FAILED: {type(exc).__name__}: {exc}")
         RESULTS.setdefault("errors", []).append(f"{type(exc).__name__}: {exc}")
+        for server in STARTED:
+            server.stop()
         subprocess.run(["pkill", "-9", "-f", SERVER_PATTERN], check=False)
         rc = 1
     pack()
