@@ -44,26 +44,20 @@ def test_prune_keeps_current_and_last_good(tmp_path):
             path.write_text(name)
             os.utime(path, (now - age, now - age))
     try:
-        run = run_role_tasks(
-            tmp_path, "sglang_image", "prune",
-            {"sglang_image_name": f"{REPO_NAME}:current", "sglang_image_staging_dir": str(staging),
-             "sglang_image_archive_path": "/controller/build/local_prune-test_current.tar",
-             "sglang_image_keep_ids": [ids["current"], ids["last-good"]],
-             "ansible_python_interpreter": str(BIN / "python")},
-        )  # fmt: skip
+        prune_vars = {
+            "sglang_image_name": f"{REPO_NAME}:current", "sglang_image_staging_dir": str(staging),
+            "sglang_image_archive_path": "/controller/build/local_prune-test_current.tar",
+            "sglang_image_keep_ids": [ids["current"], ids["last-good"]],
+            "ansible_python_interpreter": str(BIN / "python"),
+        }  # fmt: skip
+        run = run_role_tasks(tmp_path, "sglang_image", "prune", prune_vars)
         assert run.rc == 0, run.out
         assert not _exists(f"{REPO_NAME}:old")
         assert _exists(f"{REPO_NAME}:last-good") and _exists(f"{REPO_NAME}:current")
         assert _exists("local/prune-test-other:old") and other  # another repository is not ours
         kept = [f"local_prune-test_{n}{s}" for n in ("current", "last-good") for s in (".json", ".tar", ".tar.sha256")]
         assert sorted(p.name for p in staging.iterdir()) == sorted(kept)
-        again = run_role_tasks(
-            tmp_path, "sglang_image", "prune",
-            {"sglang_image_name": f"{REPO_NAME}:current", "sglang_image_staging_dir": str(staging),
-             "sglang_image_archive_path": "/controller/build/local_prune-test_current.tar",
-             "sglang_image_keep_ids": [ids["current"], ids["last-good"]],
-             "ansible_python_interpreter": str(BIN / "python")},
-        )  # fmt: skip
+        again = run_role_tasks(tmp_path, "sglang_image", "prune", prune_vars)
         assert again.rc == 0 and again.changed() == 0, again.out  # idempotent
     finally:
         for tag in (f"{REPO_NAME}:old", f"{REPO_NAME}:last-good", f"{REPO_NAME}:current", "local/prune-test-other:old"):
