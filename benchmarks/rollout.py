@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from validate.metrics import Spread
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "local/sglang-test-engine:release-a"
@@ -140,14 +144,6 @@ class WaveRun:
     host_spread_median: float | None  # median over hosts of each gate's own run-to-run spread
 
 
-def _spread(values: list[float]) -> float | None:
-    values = sorted(values)
-    if not values:
-        return None
-    med = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
-    return (values[-1] - values[0]) / med if med else None
-
-
 def wave(hosts: int, location: str) -> WaveRun:
     """All ``hosts`` in one batch (serial = hosts): the wave whose gates run at the same time."""
     import resource
@@ -179,7 +175,8 @@ def wave(hosts: int, location: str) -> WaveRun:
         ansible_tree_cpu_s=round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
         gate_cpu_on_controller_s=round(sum(cpu) if location == "controller" else 0.0, 1),
         gate_cpu_on_hosts_s=round(sum(cpu) if location == "host" else 0.0, 1),
-        wave_spread=_spread(throughput), host_spread_median=_spread(own) and sorted(own)[len(own) // 2],
+        wave_spread=Spread.of(throughput).spread if throughput else None,
+        host_spread_median=statistics.median(own) if own else None,
     )  # fmt: skip
 
 

@@ -41,6 +41,8 @@ from typing import Any
 
 import requests
 
+from validate.metrics import Spread  # the gate's own definition: (max - min) / median
+
 ROOT = Path(__file__).resolve().parents[2]
 CARRY = ROOT / ".device" / "carry"
 WORK = Path(os.environ.get("RS_WORK", "/tmp/rs"))
@@ -419,11 +421,6 @@ def run_bench(out_file: Path, seed: int, num_prompts: int) -> dict[str, Any]:
     return row
 
 
-def spread(values: list[float]) -> float | None:
-    med = statistics.median(values)
-    return (max(values) - min(values)) / med if med else None
-
-
 def stage_compare(rounds: int, num_prompts: int) -> None:
     res: dict[str, Any] = {"gates": [], "bench": [], "num_prompts": num_prompts}
     RESULTS[f"compare-{num_prompts}"] = res
@@ -456,8 +453,8 @@ def stage_compare(rounds: int, num_prompts: int) -> None:
             "gate_median": statistics.median(gate_runs),
             "bench_median": statistics.median(bench),
             "ratio_median": statistics.median(ratios) if ratios else None,
-            "gate_spread": spread(gate_runs),
-            "bench_spread": spread(bench),
+            "gate_spread": Spread.of(gate_runs).spread,
+            "bench_spread": Spread.of(bench).spread,
         }
     res["table"] = table
     log(f"{'metric':24} {'gate':>10} {'bench':>10} {'ratio':>7} {'g.spread':>9} {'b.spread':>9}")
