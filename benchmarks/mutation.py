@@ -7,6 +7,7 @@ notices "survives". Not in CI (minutes of CPU); run it after changing validate/ 
 
     .venv/bin/python benchmarks/mutation.py            # runs mutmut, prints the table
     .venv/bin/python benchmarks/mutation.py --no-run   # only reads the last run's results
+    .venv/bin/python benchmarks/mutation.py --modules client,gate   # only those modules' mutants
 
 Configuration (which tests, which files): [tool.mutmut] in pyproject.toml. Results are
 written to benchmarks/results/mutation-<date>.json (per module: killed, survived, untested,
@@ -58,13 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-run", action="store_true", help="read the last run's results only")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--modules", default="", help="comma list of validate modules to mutate (default: all)")
     args = ap.parse_args(argv)
+    modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     if not args.no_run:
         shutil.rmtree(REPO / "mutants", ignore_errors=True)
+        patterns = [f"validate.{m}.*" for m in modules]
         subprocess.run(
-            [str(MUTMUT), "run", "--max-children", str(args.jobs)], cwd=REPO, check=False, stdout=subprocess.DEVNULL
+            [str(MUTMUT), "run", "--max-children", str(args.jobs), *patterns],
+            cwd=REPO,
+            check=False,
+            stdout=subprocess.DEVNULL,
         )
     per = results()
+    if modules:
+        per = {k: v for k, v in per.items() if k.split(".", 1)[1] in modules}
     rows = []
     print(f"{'module':<22} {'mutants':>8} {'killed':>7} {'survived':>9} {'untested':>9} {'kill ratio':>11}")
     for module in sorted(per):
@@ -84,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         flag = "" if ratio >= TARGET else f"  (below {TARGET:.0%})"
         print(f"{module:<22} {total:>8} {c['killed']:>7} {c['survived']:>9} {c['untested']:>9} {ratio:>10.1%}{flag}")
-    out = REPO / "benchmarks" / "results" / f"mutation-{datetime.date.today().isoformat()}.json"
+    part = ("-" + "-".join(sorted(modules))) if modules else ""
+    out = REPO / "benchmarks" / "results" / f"mutation-{datetime.date.today().isoformat()}{part}.json"
     out.write_text(json.dumps({"tool": "mutmut", "target": TARGET, "modules": rows}, indent=1) + "\n")
     print(f"survivors per module: {out.relative_to(REPO)}")
     return 0

@@ -47,17 +47,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 BASE=local/debian:bookworm
-if ! docker image inspect "$BASE" >/dev/null 2>&1; then
-  # the mirror apt itself uses (deb822 "URIs:" or one-line "deb URI suite"), never a commented one
-  mirror=$( { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}';
-              cat /etc/apt/sources.list 2>/dev/null | awk '/^deb / {print $2}'; } | grep -v security | head -1 || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
-  log "building base image $BASE with debootstrap from $mirror"
-  tmp=$(mktemp -d)
-  debootstrap --variant=minbase bookworm "$tmp" "$mirror" >/tmp/debootstrap.log 2>&1 || { tail -20 /tmp/debootstrap.log >&2; exit 1; }
-  tar -C "$tmp" -c . | docker import - "$BASE" >/dev/null
-  rm -rf "$tmp"
-fi
+bash scripts/debian-base.sh bookworm
 # The test engine "releases" the local inventory and molecule roll out (not SGLang: an
 # SGLang-API-compatible fake for machines without GPUs), with offline archives for the
 # air-gapped delivery path. Skipped when already current.

@@ -50,7 +50,7 @@ run_pytest() {
 }
 
 run_molecule() {
-  bash molecule/resources/build-instance.sh
+  bash molecule/resources/build-instance.sh all
   for config in molecule/*/molecule.yml; do
     scenario=$(basename "$(dirname "$config")")
     banner "molecule test -s $scenario"

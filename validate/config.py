@@ -200,7 +200,11 @@ def _rule(ann: Any, info: Any) -> str:
     if typing.get_origin(base) is list:
         item = typing.get_args(base)[0] if typing.get_args(base) else None
         inner = _rule(item, None) if item is not None else "items"
-        return f"must be a non-empty list; each item {inner.removeprefix('must be ')}"
+        metadata = list(getattr(info, "metadata", []) or []) + extra
+        non_empty = any(isinstance(m, annotated_types.MinLen) and m.min_length > 0 for m in metadata)
+        return f"must be a {'non-empty ' if non_empty else ''}list; each item {inner.removeprefix('must be ')}"
+    if isinstance(base, type) and issubclass(base, BaseModel):
+        return "must be a mapping (keys: " + ", ".join(base.model_fields) + ")"
     names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
     what = names.get(base, getattr(base, "__name__", "valid"))
     text = f"must be {what}" + (" " + " and ".join(bounds) if bounds else "")

@@ -142,9 +142,11 @@ class Gate:
 
     def _open_files(self) -> None:
         c = self.c
+        tp = c.throughput
         biggest = max(
-            [min(c.throughput.num_prompts, c.throughput.max_concurrency or c.throughput.num_prompts)]
-            + (list(c.stability.concurrency) if c.stability.enabled else [1])
+            [1]  # the single stream and the probes
+            + ([min(tp.num_prompts, tp.max_concurrency or tp.num_prompts)] if tp.enabled else [])
+            + (list(c.stability.concurrency) if c.stability.enabled else [])
         )
         self.m.file_limit = raise_open_files(biggest)
         if self.m.file_limit.adjusted:
@@ -156,14 +158,14 @@ class Gate:
             self.m.readiness = await mm.readiness()
             self._add(judge.readiness(self.m.readiness, self.c.readiness.timeout_s))
             if not self.m.readiness.ready:
-                self.down = True
-                return
-            self.m.server = await mm.server_info()
-            if self.m.server.summary["engine"] == "test-engine":
-                self.say("NOTE: " + TEST_ENGINE_NOTE)
-            self.m.warmup = await mm.sampler_warmup()
-            if not self.m.warmup.ok:  # a server that hangs or dies at its first request stops the gate here
-                self._health("sampler_warmup", await mm.health("after the failed warm-up request"))
+                self.down = True  # every phase below is listed as skipped, with this reason
+            else:
+                self.m.server = await mm.server_info()
+                if self.m.server.summary["engine"] == "test-engine":
+                    self.say("NOTE: " + TEST_ENGINE_NOTE)
+                self.m.warmup = await mm.sampler_warmup()
+                if not self.m.warmup.ok:  # a server that hangs or dies at its first request stops the gate here
+                    self._health("sampler_warmup", await mm.health("after the failed warm-up request"))
             phases = [
                 ("single_stream", self.c.single_stream.enabled, self._single_stream),
                 ("throughput", self.c.throughput.enabled, self._throughput),

@@ -1,16 +1,46 @@
 #!/usr/bin/env bash
-# Builds the molecule instance image (local/sglang-molecule-host) when it is missing or its
-# Dockerfile changed. No registry is reachable, so it builds FROM the local debootstrap base.
+# Builds the molecule instance images when missing or when their inputs changed, and the SSH key
+# the scenarios log in with (user `deploy`, passwordless sudo). No registry is reachable, so they
+# build FROM the local debootstrap bases (scripts/debian-base.sh):
+#   local/sglang-molecule-host:latest           Debian 12 with python3-requests (default, fleet, upgrade)
+#   local/sglang-molecule-host:bookworm-engine  Debian 12 with an engine already there: STAND-IN
+#                                               docker-ce and nvidia-container-toolkit packages
+#   local/sglang-molecule-host:trixie-bare      Debian 13 with python3 and the STAND-IN toolkit only (hosts)
 set -euo pipefail
-here=$(cd "$(dirname "$0")/instance" && pwd)
-tag=local/sglang-molecule-host:latest
-hash=$(sha256sum "$here/Dockerfile" | cut -c1-16)
-if [ "$(docker image inspect -f '{{ index .Config.Labels "io.sglang-deploy.source-hash" }}' "$tag" 2>/dev/null)" = "$hash" ]; then
-  exit 0
+res=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$res/../.." && pwd)
+key_dir=/tmp/sglang-molecule-ssh
+if [ ! -f "$key_dir/id_ed25519" ]; then
+  install -d -m 0700 "$key_dir"
+  ssh-keygen -q -t ed25519 -N '' -C sglang-molecule -f "$key_dir/id_ed25519"
 fi
-ctx=$(mktemp -d)
-trap 'rm -rf "$ctx"' EXIT
-cp "$here/Dockerfile" "$ctx/"
-cp "$(command -v docker)" "$ctx/docker"
-docker build -q --label "io.sglang-deploy.source-hash=$hash" -t "$tag" "$ctx" >/dev/null
-echo "built $tag"
+chmod 0644 "$key_dir/id_ed25519.pub"
+
+build() {  # build TAG BASE_SUITE PACKAGES STANDIN_DEBS...
+  local tag=$1 suite=$2 packages=$3
+  shift 3
+  local hash
+  hash=$( { cat "$res/instance/Dockerfile"; echo "$suite|$packages|$*";
+            for d in "$@"; do (cd "$res/standin-debs/$d" && find . -type f -print0 | sort -z | xargs -0 sha256sum); done; } \
+          | sha256sum | cut -c1-16)
+  if [ "$(docker image inspect -f '{{ index .Config.Labels "io.sglang-deploy.source-hash" }}' "$tag" 2>/dev/null)" = "$hash" ]; then
+    return 0
+  fi
+  bash "$root/scripts/debian-base.sh" "$suite"
+  local ctx
+  ctx=$(mktemp -d)
+  cp "$res/instance/Dockerfile" "$ctx/"
+  cp "$(command -v docker)" "$ctx/docker"
+  mkdir "$ctx/standin"
+  for d in "$@"; do dpkg-deb --root-owner-group -b "$res/standin-debs/$d" "$ctx/standin/$d.deb" >/dev/null; done
+  docker build -q --label "io.sglang-deploy.source-hash=$hash" --build-arg "BASE_IMAGE=local/debian:$suite" \
+    --build-arg "PACKAGES=$packages" -t "$tag" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  echo "built $tag"
+}
+
+build local/sglang-molecule-host:latest bookworm "python3 python3-requests ca-certificates procps"
+if [ "${1:-}" = all ] || [ "${1:-}" = hosts ]; then
+  build local/sglang-molecule-host:bookworm-engine bookworm "python3 python3-requests python3-debian" docker-ce nvidia-container-toolkit
+  build local/sglang-molecule-host:trixie-bare trixie "python3" nvidia-container-toolkit
+fi

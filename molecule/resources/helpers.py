@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,23 @@ def flashinfer_mount(inspect: dict[str, Any]) -> dict[str, Any]:
     mounts = [m for m in inspect["Mounts"] if m.get("Destination") == "/root/.cache/flashinfer"]
     assert mounts, f"no mount at /root/.cache/flashinfer: {inspect['Mounts']}"
     return mounts[0]
+
+
+def ephemeral() -> Path:
+    return Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+
+
+def nested_log(label: str) -> str:
+    """The output of a nested deploy.yml run (molecule/resources/nested_deploy.yml)."""
+    return (ephemeral() / f"{label}.log").read_text()
+
+
+def summary_after(label: str) -> dict[str, Any]:
+    """The rollout summary a nested run wrote: the first one written after it started
+    (a scenario's nested runs follow one another)."""
+    text = (ephemeral() / f"{label}.started").read_text().strip().rstrip("Z")
+    started = datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+    files = sorted(reports_dir().glob("*/rollout-summary.json"), key=lambda p: p.stat().st_mtime)
+    after = [p for p in files if p.stat().st_mtime > started]
+    assert after, f"no rollout summary written after {label} started ({text})"
+    return json.loads(after[0].read_text())

@@ -58,12 +58,14 @@ def test_right_gpus_reach_the_runtime_check(tmp_path: Path) -> None:
     assert 'could not select device driver "" with capabilities: [[gpu]]' in run.out
 
 
-def _install_check(tmp_path: Path, engines: list[str]):
+def _install_check(tmp_path: Path, engines: list[str], packages: list[str] | None = None):
     extra = {
         "ansible_python_interpreter": "/usr/bin/python3",
         "gpu_host_install_toolkit": False,
         "gpu_host_docker_engine_packages": engines,
     }
+    if packages is not None:
+        extra["gpu_host_docker_packages"] = packages
     return run_role_tasks(tmp_path, "gpu_host", "install", extra, "--check")
 
 
@@ -76,6 +78,7 @@ def test_an_existing_docker_engine_is_kept_and_nothing_installed(tmp_path: Path)
     install = run.out.split("TASK [gpu_host : Install the Docker engine (none present)]")[1].split("TASK [")[0]
     assert "skipping: [localhost]" in install
     # counting only docker-ce as an engine, this machine has none: the install step would run
-    run = _install_check(tmp_path, ["docker-ce"])
+    # (for a package it lacks: one already installed is not installed again)
+    run = _install_check(tmp_path, ["docker-ce"], ["docker.io", "docker-doc"])
     install = run.out.split("TASK [gpu_host : Install the Docker engine (none present)]")[1].split("TASK [")[0]
     assert "skipping" not in install and "Keeping the existing Docker engine" not in run.out

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the expected messages are whole lines, compared word for word)
 """Bad config or usage: exit 2, one clear line naming the field, never a traceback."""
 
 from __future__ import annotations
@@ -160,3 +161,162 @@ def test_shipped_configs_are_valid():
     assert ref.single_stream.min_decode_tok_s > 500 / 62.6
     ci = load_config(REPO / "validate" / "configs" / "test-engine.yml")
     assert ci.stability.concurrency == [16, 32, 64] and ci.throughput.num_prompts == 64
+
+
+# Whole messages, word for word: the operator reads exactly this line (substring checks let a
+# wrong bound, a lost "(or null)" or a wrong path slip through).
+EXACT = [
+    ({"throughput": {"num_prompts": 0}}, "gate config: throughput.num_prompts: must be a whole number > 0 (got 0)"),
+    (
+        {"throughput": {"warmup_requests": -1}},
+        "gate config: throughput.warmup_requests: must be a whole number >= 0 (got -1)",
+    ),
+    ({"throughput": {"seed": 1.5}}, "gate config: throughput.seed: must be a whole number (got 1.5)"),
+    (
+        {"throughput": {"max_concurrency": 0}},
+        "gate config: throughput.max_concurrency: must be a whole number > 0 (or null) (got 0)",
+    ),
+    (
+        {"throughput": {"min_total_tok_s": 0}},
+        "gate config: throughput.min_total_tok_s: must be a number > 0 (or null) (got 0)",
+    ),
+    ({"throughput": {"max_spread": 11}}, "gate config: throughput.max_spread: must be a number > 0 and <= 10 (got 11)"),
+    (
+        {"throughput": {"max_spread": float("inf")}},
+        "gate config: throughput.max_spread: must be a finite number > 0 and <= 10 (got inf)",
+    ),
+    ({"throughput": {"request_rate": -1}}, "gate config: throughput.request_rate: must be a number > 0 (got -1)"),
+    ({"throughput": {"enabled": 1}}, "gate config: throughput.enabled: must be true or false (got 1)"),
+    ({"readiness": {"interval_s": 0}}, "gate config: readiness.interval_s: must be a number > 0 (got 0)"),
+    (
+        {"single_stream": {"prompt": ""}},
+        "gate config: single_stream.prompt: must be a string (must not be empty) (got '')",
+    ),
+    ({"single_stream": {"prompt": 5}}, "gate config: single_stream.prompt: must be a string (got 5)"),
+    (
+        {"stability": {"concurrency": []}},
+        "gate config: stability.concurrency: must be a non-empty list; each item a whole number > 0 (got [])",
+    ),
+    (
+        {"stability": {"concurrency": "256"}},
+        "gate config: stability.concurrency: must be a non-empty list; each item a whole number > 0 (got '256')",
+    ),
+    (
+        {"stability": {"concurrency": [8, True]}},
+        "gate config: stability.concurrency[1]: must be a whole number > 0 (got True)",
+    ),
+    (
+        {"stability": {"health_timeout_s": float("-inf")}},
+        "gate config: stability.health_timeout_s: must be a finite number > 0 (got -inf)",
+    ),
+    ({"logs": {"context_lines": -2}}, "gate config: logs.context_lines: must be a whole number >= 0 (got -2)"),
+    (
+        {"logs": {"extra_signatures": [{"name": "x"}]}},
+        "gate config: logs.extra_signatures[0].pattern: required key is missing",
+    ),
+    (
+        {"logs": {"extra_signatures": [{"name": "x", "pattern": "a", "flags": 1}]}},
+        "gate config: logs.extra_signatures[0].flags: unknown key (allowed here: name, pattern)",
+    ),
+    (
+        {"logs": {"extra_signatures": [{"name": "", "pattern": "a"}]}},
+        "gate config: logs.extra_signatures[0].name: must be a string (must not be empty) (got '')",
+    ),
+    (
+        {"logs": {"extra_signatures": [{"name": "bad", "pattern": "(x"}]}},
+        "gate config: logs.extra_signatures: signature 'bad': pattern is not a valid regular expression (missing ), unterminated subpattern at position 0)",
+    ),
+    (
+        {"logs": {"extra_signatures": "x"}},
+        "gate config: logs.extra_signatures: must be a list; each item a mapping (keys: name, pattern) (got 'x')",
+    ),
+    ({"baseline": {"tolerance": 0}}, "gate config: baseline.tolerance: must be a number > 0 and <= 1 (got 0)"),
+    (
+        {"baseline": {"metrics": ["p99_ttft_ms", "x"]}},
+        "gate config: baseline.metrics[1]: must be one of: total_token_throughput, output_token_throughput, request_throughput, "
+        "single_stream_decode_tok_s, p99_ttft_ms, p99_e2e_latency_ms, mean_e2e_latency_ms (got 'x')",
+    ),
+    ({"baseline": {"extra": 1}}, "gate config: baseline.extra: unknown key (allowed here: tolerance, metrics)"),
+    ({"baseline": 5}, "gate config: baseline: must be a mapping (keys: tolerance, metrics) (got 5)"),
+    ({"progress_interval_s": "10"}, "gate config: progress_interval_s: must be a number > 0 (got '10')"),
+]
+
+
+@pytest.mark.parametrize(("data", "expected"), EXACT, ids=[e[1].split(":")[1].strip() for e in EXACT])
+def test_each_rule_reads_as_one_exact_line(data, expected):
+    from validate.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data)
+    assert str(exc.value) == expected
+
+
+def test_every_bad_field_gets_its_own_line_once():
+    from validate.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"throughput": {"num_prompts": 0, "output_len": 0}, "thruput": 1})
+    assert str(exc.value).splitlines() == [
+        "gate config: throughput.num_prompts: must be a whole number > 0 (got 0)",
+        "gate config: throughput.output_len: must be a whole number > 0 (got 0)",
+        "gate config: thruput: unknown key (allowed here: progress_interval_s, readiness, throughput, single_stream, stability, logs, baseline)",
+    ]
+
+
+def test_top_level_and_empty_documents_say_which_file(tmp_path):
+    from validate.config import ConfigError, parse_config
+
+    for data, expected in (
+        (None, "gate.yml: the file is empty (start from validate/configs/reference.yml)"),
+        ([1], "gate.yml: the top level must be a mapping of sections"),
+        ("text", "gate.yml: the top level must be a mapping of sections"),
+    ):
+        with pytest.raises(ConfigError) as exc:
+            parse_config(data, "gate.yml")
+        assert str(exc.value) == expected
+    assert parse_config({}).throughput.repeats == 3 and parse_config(
+        {"throughput": {"request_rate": "inf"}}
+    ).throughput.request_rate == float("inf")
+    assert parse_config({"throughput": {"request_rate": " Infinity "}}).throughput.request_rate == float("inf")
+    assert parse_config({"throughput": {"min_total_tok_s": 100}}).throughput.min_total_tok_s == 100.0
+
+
+def test_load_config_names_the_file_the_line_and_the_column(tmp_path):
+    from validate.config import ConfigError, load_config
+
+    cases = {
+        "dup.yml": (
+            "logs:\n  enabled: true\n  enabled: false\n",
+            "duplicate key 'enabled' at line 3 (first at line 2)",
+        ),
+        "bad.yml": (
+            "throughput:\n  num_prompts: [1\n",
+            "not valid YAML at line 3, column 1: expected ',' or ']', but got '<stream end>'",
+        ),
+        "tab.yml": (
+            "a:\n\t- b\n",
+            "not valid YAML at line 2, column 1: found character '\\t' that cannot start any token",
+        ),
+    }
+    for name, (text, tail) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ConfigError) as exc:
+            load_config(path)
+        assert str(exc.value) == f"gate config: {path}: {tail}"
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path)
+    assert str(exc.value) == f"gate config: file not found: {tmp_path}"
+    binary = tmp_path / "bin.yml"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ConfigError) as exc:
+        load_config(binary)
+    assert str(exc.value).startswith(f"gate config: {binary}: cannot read: ") and "codec" in str(exc.value)
+    ok = tmp_path / "ok.yml"
+    ok.write_text("throughput:\n  repeats: 5\n")
+    assert load_config(str(ok)).throughput.repeats == 5
+    empty = tmp_path / "empty.yml"
+    empty.write_text("")
+    with pytest.raises(ConfigError) as exc:
+        load_config(empty)
+    assert str(exc.value) == f"gate config: {empty}: the file is empty (start from validate/configs/reference.yml)"

@@ -159,3 +159,121 @@ def test_a_large_log_is_scanned_in_bounded_memory(tmp_path):
     assert res.counts == {"cuda_error": 1000, "oom": 1}
     assert len(res.matches) == MAX_MATCHES
     assert peak < 4_000_000, f"peak {peak:,} bytes"
+
+
+def test_report_dict_names_the_first_specific_match_and_caps_the_list(tmp_path):
+    log = tmp_path / "server.log"
+    lines = ["[2026-12-02 18:40:01 TP0] Scheduler hit an exception: Traceback (most recent call last):"] + [
+        "RuntimeError: CUDA error: an illegal memory access was encountered"
+    ] * 25
+    log.write_text("\n".join(lines) + "\n")
+    res = scan_logs([str(log)], context_lines=1)
+    out = res.to_dict()
+    assert out["files"] == [str(log)] and out["lines_scanned"] == 26 and out["errors"] == []
+    assert out["counts"] == {"scheduler_exception": 1, "cuda_error": 25}
+    # the generic traceback header comes first in the file, the specific error names the failure
+    assert out["first_match"] == {
+        "signature": "cuda_error",
+        "file": str(log),
+        "line_no": 2,
+        "line": lines[1],
+        "context": [lines[0], lines[1], lines[2]],
+    }
+    assert len(res.matches) == 26 and len(out["matches"]) == 20
+    assert out["matches"][0]["line_no"] == 1 and out["matches"][19]["line_no"] == 20
+    assert scan_logs([str(tmp_path / "none.log")]).to_dict()["first_match"] is None
+
+
+def test_lines_strip_crlf_replace_bad_bytes_and_split_huge_lines(tmp_path):
+    from validate.logscan import MAX_LINE, _lines
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"one\r\ntw\xffo\n" + b"x" * (MAX_LINE + 10) + b"\nlast")
+    got = list(_lines(str(log)))
+    assert got[:2] == ["one", "tw\ufffdo"]
+    assert [len(g) for g in got[2:4]] == [MAX_LINE, 10] and got[4] == "last" and len(got) == 5
+
+
+def test_matches_keep_file_order_context_is_capped_and_lines_are_counted_across_files(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    long_prefix = "p" * 600
+    a.write_text(f"{long_prefix}\n  torch.OutOfMemoryError: CUDA out of memory.  \n")
+    b.write_text("ok\nRuntimeError: NCCL error in: x, unhandled system error\nafter1\nafter2\n")
+    res = scan_logs([str(a), str(b)], context_lines=1)
+    assert res.lines_scanned == 6
+    assert [(m.file, m.line_no, m.signature) for m in res.matches] == [(str(a), 2, "oom"), (str(b), 2, "nccl_error")]
+    oom = res.matches[0]
+    assert oom.line == "torch.OutOfMemoryError: CUDA out of memory." and oom.context[0] == "p" * 500
+    assert oom.context == ["p" * 500, "  torch.OutOfMemoryError: CUDA out of memory.  "]  # no line after it in a.log
+    assert res.matches[1].context == ["ok", "RuntimeError: NCCL error in: x, unhandled system error", "after1"]
+    assert scan_logs([str(b)], context_lines=0).matches[0].context == [
+        "RuntimeError: NCCL error in: x, unhandled system error"
+    ]
+
+
+def test_two_close_matches_each_get_the_lines_after_them(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory.\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "x1\nx2\nx3\n"
+    )
+    first, second = scan_logs([str(log)], context_lines=2).matches
+    assert first.context == [
+        "torch.OutOfMemoryError: CUDA out of memory.",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "x1",
+    ]
+    assert second.context == [
+        "torch.OutOfMemoryError: CUDA out of memory.",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "x1",
+        "x2",
+    ]
+
+
+def _stub_docker(tmp_path, monkeypatch, body: str):
+    """A `docker` on PATH that records its argv and answers as the shell body says
+    (the thing under test is how the gate calls docker and keeps its output, not docker)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    argv_file = tmp_path / "argv"
+    stub = bin_dir / "docker"
+    stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\n{body}\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return argv_file
+
+
+def test_container_log_is_streamed_to_a_file_with_since(tmp_path, monkeypatch):
+    from validate.logscan import fetch_container_log
+
+    argv = _stub_docker(tmp_path, monkeypatch, 'echo "stdout line"; echo "stderr line" >&2')
+    dest = tmp_path / "report" / "container-x.log"
+    assert fetch_container_log("mol-sglang", dest, "2026-12-03T10:00:00Z") is None
+    assert argv.read_text().split("\n")[:4] == ["logs", "--since", "2026-12-03T10:00:00Z", "mol-sglang"]
+    assert dest.read_text() == "stdout line\nstderr line\n"  # both streams: SGLang logs to stderr
+    assert fetch_container_log("mol-sglang", dest, None) is None
+    assert argv.read_text().split("\n")[:2] == ["logs", "mol-sglang"]
+
+
+def test_container_log_failure_is_an_error_text_not_an_exception(tmp_path, monkeypatch):
+    from validate.logscan import fetch_container_log
+
+    _stub_docker(tmp_path, monkeypatch, 'echo "Error: No such container: gone" >&2; exit 1')
+    err = fetch_container_log("gone", tmp_path / "c.log", None)
+    assert err == "docker logs gone: Error: No such container: gone"
+    _stub_docker_slow = tmp_path / "bin" / "docker"
+    _stub_docker_slow.write_text("#!/bin/sh\nsleep 5\n")
+    err = fetch_container_log("slow", tmp_path / "c.log", None, timeout_s=0.2)
+    assert err is not None and err.startswith("docker logs slow: ") and "timed out" in err
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    err = fetch_container_log("x", tmp_path / "c.log", None)
+    assert err is not None and err.startswith("docker logs x: ") and "docker" in err[len("docker logs x: ") :]
+
+
+def test_container_log_path_is_a_safe_file_name_in_the_report(tmp_path):
+    from validate.logscan import container_log_path
+
+    assert container_log_path(tmp_path, "mol-sglang.h1") == tmp_path / "container-mol-sglang.h1.log"
+    assert container_log_path(str(tmp_path), "a/b c:d") == tmp_path / "container-a_b_c_d.log"

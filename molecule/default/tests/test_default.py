@@ -64,3 +64,14 @@ def test_gate_report_present_and_passing(host):
     last = reports[-1]
     assert last["verdict"] == "pass", [c for c in last["checks"] if not c["passed"]]
     assert last["engine"] == "test-engine"
+
+
+def test_check_run_on_the_fresh_host_showed_the_change_and_started_nothing(host):
+    """prepare ran `deploy.yml --check --diff` before converge (nothing started: checked there)."""
+    log = (helpers.reports_dir().parent / "check-fresh.log").read_text()
+    me = helpers.inventory_name(host)
+    assert f"TASK [flashinfer_cache : Create the cache volume mol-fic-{me}-fi0.6.3-" in log, log[-3000:]
+    run = log.index("TASK [sglang_server : Run the serving container from local/sglang-test-engine:release-a]")
+    assert "-    exists: false\n+    exists: true" in log[run : run + 400]
+    assert "(check mode: nothing changed)" in log and "check mode: the gate only runs on a real deploy" in log
+    assert f"{me}" in log and "failed=0" in log and "unreachable=0" in log

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -17,20 +17,17 @@ RELEASE_B = "local/sglang-test-engine:release-b"
 EPH = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 
 
-def _ts(text: str) -> datetime:
-    """Docker's RFC 3339 nanosecond timestamps and ours, to the second."""
-    return datetime.fromisoformat(text.strip().rstrip("Z").split(".")[0])
-
-
 def _server(host):
     name = f"mol-sglang-{helpers.inventory_name(host)}"
     return name, helpers.container(host, name)
 
 
-def _summary():
-    summaries = helpers.rollout_summaries()
-    assert summaries, f"no rollout summary under {helpers.reports_dir()}"
-    return summaries[-1]
+def _log(label: str) -> str:
+    return helpers.nested_log(label)
+
+
+def _summary(label: str = "rollout-release-b"):
+    return helpers.summary_after(label)
 
 
 def _host_entry(summary, name):
@@ -43,36 +40,31 @@ def test_every_host_is_running_and_healthy(host):
     assert info["State"].get("Health", {}).get("Status", "healthy") in ("healthy", "starting")
 
 
-def test_each_host_runs_the_image_it_should(host):
+def test_every_host_ends_on_release_b_after_the_repair(host):
     me = helpers.inventory_name(host)
     name, info = _server(host)
     tags = helpers.image_ref(host, info["Image"])
-    expected = RELEASE_B if me == "mol-fleet-h1" else RELEASE_A
-    assert expected in tags, f"{me} runs {tags}, expected {expected}\n{helpers.container_logs(host, name)}"
+    assert RELEASE_B in tags, f"{me} runs {tags}, expected {RELEASE_B}\n{helpers.container_logs(host, name)}"
 
 
-def test_failed_host_kept_its_flashinfer_cache(host):
+def test_failed_gate_rolled_back_and_kept_both_caches(host):
     me = helpers.inventory_name(host)
     if me != "mol-fleet-h2":
         pytest.skip("only mol-fleet-h2 was set to fail its gate")
-    _, info = _server(host)
-    mount = helpers.flashinfer_mount(info)
-    # back on release-a's key, and the volume it used before the attempt is the one mounted again
-    assert "fi0.6.3" in mount["Name"], mount
+    h2 = _host_entry(_summary(), me)
+    assert h2["rolled_back"] is True and h2["image_after"] == RELEASE_A, h2
     volumes = host.check_output("docker volume ls -q --filter name=mol-fic-%s-", me).split()
-    assert mount["Name"] in volumes
-    # the cache of the failed release-b attempt is kept too (never removed on a failed gate)
-    assert any("fi0.7.2-" in v for v in volumes), volumes
-
-
-def test_host_after_the_stop_was_not_touched(host):
-    me = helpers.inventory_name(host)
-    if me != "mol-fleet-h3":
-        pytest.skip("only mol-fleet-h3 comes after the stop")
+    # release-a's cache stayed through the failed attempt; the failed attempt's cache was kept too
+    # (never removed on a failed gate) and is the one release-b warms up on after the repair
+    assert any("fi0.6.3-" in v for v in volumes) and any("fi0.7.2-" in v for v in volumes), volumes
     _, info = _server(host)
-    started = _ts(info["State"]["StartedAt"])
-    rollout_began = _ts((EPH / "rollout-release-b.started").read_text())
-    assert started < rollout_began, f"{me} was restarted at {started}, after the rollout began at {rollout_began}"
+    assert "fi0.7.2-" in helpers.flashinfer_mount(info)["Name"]
+
+
+def test_host_after_the_stop_was_not_touched_by_that_rollout(host):
+    summary = _summary()
+    assert _host_entry(summary, "mol-fleet-h3") is None and "mol-fleet-h3" in summary["not_reached"], summary
+    assert not re.search(r"^changed: \[mol-fleet-h3\]", _log("rollout-release-b"), re.M)
 
 
 def test_summary_names_the_rolled_back_host_and_its_failed_check(host):
@@ -117,3 +109,25 @@ def test_no_gate_container_and_no_key_file_is_left(host):
         "docker image inspect -f '{{ index .Config.Labels \"io.sglang-deploy.validate.version\" }}' %s", RELEASE_B
     )
     assert len(label.strip()) == 16 and int(label.strip(), 16) >= 0, label
+
+
+def test_host_lost_during_its_gate_stopped_the_rollout_and_is_named(host):
+    summary = _summary("rollout-unreachable")
+    assert summary["unreachable"] == ["mol-fleet-h2"], summary
+    h2 = _host_entry(summary, "mol-fleet-h2")
+    assert h2["outcome"] == "unreachable" and h2["stage"] == "gate", h2
+    assert "mol-fleet-h3" in summary["not_reached"] and _host_entry(summary, "mol-fleet-h3") is None, summary
+    assert "stopped mol-fleet-h2" not in _log("rollout-unreachable")  # the watcher is not part of the run
+
+
+def test_second_run_finished_h2_first_then_moved_h3(host):
+    log = _log("rollout-repair")
+    repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
+    main = log.index("PLAY [Roll out host by host (canary first)]")
+    assert "mol-fleet-h2" in log[repair:main] and "[mol-fleet-h3]" not in log[repair:main], log[repair:main][-2000:]
+    summary = _summary("rollout-repair")
+    assert summary["unreachable"] == [] and summary["failed"] == [] and summary["not_reached"] == [], summary
+    h2 = _host_entry(summary, "mol-fleet-h2")
+    assert h2["outcome"] == "ok" and h2["gate"] == "pass", h2  # re-gated: its config never passed one
+    h3 = _host_entry(summary, "mol-fleet-h3")
+    assert h3["outcome"] == "ok" and h3["image_after"] == RELEASE_B, h3

@@ -1,0 +1,106 @@
+"""molecule/hosts verify: gpu_host on Debian 12 (engine present, air-gapped) and Debian 13 (fresh),
+reached over SSH as `deploy` with sudo; `--tags gpu_host` did nothing else; the side effect's
+failures name what they found on the recorded H200."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
+import helpers
+
+
+def _me(host) -> str:
+    return host.backend.get_hostname()
+
+
+def _installed(host, package: str) -> str | None:
+    """The installed version of a package, or None (dpkg's own answer, as the role reads it)."""
+    out = host.run("dpkg-query -W -f='${db:Status-Abbrev} ${Version}' %s", package)
+    if out.rc != 0 or not out.stdout.startswith("ii"):
+        return None
+    return out.stdout.split(" ", 1)[1].strip()
+
+
+def test_reached_over_ssh_as_deploy_with_sudo(host):
+    assert host.backend.NAME == "ansible"
+    assert host.check_output("echo $SUDO_USER") == "deploy"
+    assert host.check_output("id -u") == "0"  # become worked through sudo, not a root login
+
+
+def test_debian_release(host):
+    want = {"mol-hosts-deb12": "12", "mol-hosts-deb13": "13"}[_me(host)]
+    assert host.system_info.distribution == "debian"
+    assert host.file("/etc/os-release").content_string.count(f'VERSION_ID="{want}"') == 1
+
+
+def test_python_libraries_for_the_modules_are_there(host):
+    assert _installed(host, "python3-requests")
+    assert _installed(host, "python3-debian")
+
+
+def test_existing_engine_is_kept_and_docker_io_is_not_installed(host):
+    if _me(host) != "mol-hosts-deb12":
+        pytest.skip("only mol-hosts-deb12 has an engine before gpu_host runs")
+    assert _installed(host, "docker-ce") == "5:27.5.1-1~debian.12~bookworm"
+    assert _installed(host, "docker.io") is None
+
+
+def test_fresh_host_got_debians_docker_io(host):
+    if _me(host) != "mol-hosts-deb13":
+        pytest.skip("only mol-hosts-deb13 starts without an engine")
+    assert _installed(host, "docker.io"), "docker.io was not installed on a host without an engine"
+    assert host.file("/usr/sbin/dockerd").exists
+
+
+def test_air_gapped_host_fetched_nothing(host):
+    if _me(host) != "mol-hosts-deb12":
+        pytest.skip("only mol-hosts-deb12 is air-gapped")
+    lists = host.run("find /var/lib/apt/lists -name '*_Packages*'")
+    assert lists.stdout.strip() == "", f"apt-get update ran on an offline host: {lists.stdout}"
+    assert not host.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists
+
+
+def test_nvidia_runtime_registered_with_docker(host):
+    config = json.loads(host.file("/etc/docker/daemon.json").content_string)
+    assert config["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+
+
+def test_tags_gpu_host_started_no_server():
+    """Nothing but host preparation ran: no server container, no cache volume on the machine."""
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "name=mol-sglang-mol-hosts", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == ""
+    vols = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", "name=mol-fic-mol-hosts"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert vols.stdout.strip() == ""
+
+
+def test_wrong_arch_fails_on_the_recorded_h200():
+    log = " ".join(helpers.nested_log("wrong-arch").split())  # long lines come back wrapped
+    # the canary (first batch) fails on what the recorded H200 reports, so the rollout stops there
+    assert "fatal: [mol-hosts-deb12]" in log and "fatal: [mol-hosts-deb13]" not in log, log[-3000:]
+    assert "compute capability 9.0, expected sm_120" in log and "GPU0 (NVIDIA H200" in log
+    summary = helpers.summary_after("wrong-arch")
+    assert summary["failed"] == ["mol-hosts-deb12"] and summary["not_reached"] == ["mol-hosts-deb13"], summary
+
+
+def test_offline_host_names_the_missing_package_and_installs_nothing(host):
+    log = " ".join(helpers.nested_log("offline-missing").split())
+    want = "gpu_host_offline is true and mol-hosts-deb12 lacks nvidia-container-toolkit-base: nothing was installed"
+    assert want in log, log[-3000:]
+    if _me(host) == "mol-hosts-deb12":
+        assert _installed(host, "nvidia-container-toolkit-base") is None

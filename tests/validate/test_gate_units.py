@@ -1,0 +1,397 @@
+"""validate/gate.py's pieces that need no server: which figures a baseline compares, when a
+baseline is (not) compared and why, how docker: log entries are fetched, and re-judging a
+finished report with the server's log of the gate window. Exact values throughout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from validate import baseline as store
+from validate.config import parse_config
+from validate.gate import compare_baseline, key_metrics, rejudge_logs, scan
+
+TP = {
+    "completed": 12,
+    "total_throughput": 1000.0,
+    "output_throughput": 400.0,
+    "request_throughput": 3.0,
+    "p99_ttft_ms": 50.0,
+    "p99_e2e_latency_ms": 900.0,
+    "mean_e2e_latency_ms": 700.0,
+}
+SS = {"success": True, "decode_tok_s": 42.0}
+CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def test_key_metrics_take_medians_and_single_stream_speed():
+    assert key_metrics(TP, SS) == {
+        "total_token_throughput": 1000.0,
+        "output_token_throughput": 400.0,
+        "request_throughput": 3.0,
+        "single_stream_decode_tok_s": 42.0,
+        "p99_ttft_ms": 50.0,
+        "p99_e2e_latency_ms": 900.0,
+        "mean_e2e_latency_ms": 700.0,
+    }
+
+
+def test_key_metrics_drop_latencies_of_nothing_and_a_failed_single_stream():
+    got = key_metrics({**TP, "completed": 0}, {"success": False, "decode_tok_s": 99.0})
+    assert got["single_stream_decode_tok_s"] is None
+    assert (got["p99_ttft_ms"], got["p99_e2e_latency_ms"], got["mean_e2e_latency_ms"]) == (None, None, None)
+    assert got["total_token_throughput"] == 1000.0
+    assert key_metrics(None, None) == dict.fromkeys(key_metrics(TP, SS))
+
+
+def _cfg(**baseline):
+    return parse_config({"baseline": baseline} if baseline else {})
+
+
+def _write_reference(path, cfg, metrics, engine="sglang", started="2026-12-03T10:00:00+00:00"):
+    report = {
+        "verdict": "pass",
+        "engine": engine,
+        "config": cfg.model_dump(mode="python"),
+        "key_metrics": metrics,
+        "started_at": started,
+        "labels": {"host": "h1"},
+    }
+    assert store.record(path, report, promote=False)[0]
+
+
+def test_no_baseline_given_missing_or_unusable_says_why(tmp_path):
+    cfg = _cfg()
+    assert compare_baseline(None, "sglang", cfg, {}) == (
+        {"path": None, "used": False, "note": "no --baseline given: no regression check"},
+        [],
+    )
+    missing = str(tmp_path / "b.json")
+    assert compare_baseline(missing, "sglang", cfg, {}) == (
+        {"path": missing, "used": False, "note": f"no baseline yet at {missing}: no regression check this run"},
+        [],
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text("{oops")
+    info, checks = compare_baseline(str(bad), "sglang", cfg, {})
+    assert checks == [] and info["used"] is False
+    assert info["note"].startswith(f"baseline not compared: {bad}: not readable JSON: ")
+
+
+def test_other_engine_or_workload_is_not_compared(tmp_path):
+    cfg = _cfg()
+    path = tmp_path / "b.json"
+    _write_reference(path, cfg, key_metrics(TP, SS), engine="test-engine")
+    info, checks = compare_baseline(str(path), "sglang", cfg, key_metrics(TP, SS))
+    assert checks == [] and info["used"] is False
+    assert info["note"] == "baseline was measured on engine 'test-engine', this server is 'sglang': not compared"
+    assert info["reference"] == {
+        "started_at": "2026-12-03T10:00:00+00:00",
+        "labels": {"host": "h1"},
+        "how": "first passing gate of the group",
+    }
+    other = parse_config({"throughput": {"num_prompts": 64, "output_len": 32}})
+    info, checks = compare_baseline(str(path), "test-engine", other, key_metrics(TP, SS))
+    assert checks == [] and info["note"] == (
+        "baseline measured a different workload, not compared "
+        "(throughput.num_prompts: 256 -> 64; throughput.output_len: 128 -> 32)"
+    )
+
+
+def test_compared_reference_gives_one_check_per_metric_with_values(tmp_path):
+    cfg = _cfg(tolerance=0.9)
+    path = tmp_path / "b.json"
+    _write_reference(path, cfg, key_metrics(TP, SS))
+    now = {**key_metrics(TP, SS), "total_token_throughput": 850.0, "single_stream_decode_tok_s": 40.0}
+    info, checks = compare_baseline(str(path), "sglang", cfg, now)
+    assert info["used"] is True and info["tolerance"] == 0.9
+    assert (
+        info["note"]
+        == "compared with the group's reference from 2026-12-03T10:00:00+00:00 (first passing gate of the group)"
+    )
+    assert info["values"] == {
+        "total_token_throughput": {"baseline": 1000.0, "measured": 850.0},
+        "output_token_throughput": {"baseline": 400.0, "measured": 400.0},
+        "single_stream_decode_tok_s": {"baseline": 42.0, "measured": 40.0},
+    }
+    assert [(c.name, c.passed, c.measured, c.required) for c in checks] == [
+        ("baseline.total_token_throughput", False, 850.0, 900.0),
+        ("baseline.output_token_throughput", True, 400.0, 360.0),
+        ("baseline.single_stream_decode_tok_s", True, 40.0, 37.8),
+    ]
+
+
+def _stub_docker(tmp_path, monkeypatch, log_text: str, fail_for: str = "") -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "docker"
+    stub.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do last=$a; done\n'
+        f'if [ "$last" = "{fail_for}" ]; then echo "Error: No such container: $last" >&2; exit 1; fi\n'
+        f"printf '%s\\n' '{log_text}'\n"
+    )
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+def test_scan_fetches_docker_entries_next_to_the_report_and_keeps_fetch_errors_first(tmp_path, monkeypatch):
+    _stub_docker(tmp_path, monkeypatch, CRASH, fail_for="gone")
+    plain = tmp_path / "server.log"
+    plain.write_text("fine\n")
+    report_dir = tmp_path / "report"
+    cfg = parse_config({"logs": {"context_lines": 0, "extra_signatures": [{"name": "widget", "pattern": "fine"}]}})
+    res = scan([str(plain), "docker:srv", "docker:gone", str(tmp_path / "absent.log")], cfg, str(report_dir), "T0")
+    fetched = report_dir / "container-srv.log"
+    assert res.files == [str(plain), str(fetched), str(tmp_path / "absent.log")]
+    assert fetched.read_text() == CRASH + "\n"
+    assert [(m.signature, m.file, m.context) for m in res.matches] == [
+        ("widget", str(plain), ["fine"]),
+        ("cuda_error", str(fetched), [CRASH]),
+    ]
+    assert res.errors[0] == "docker logs gone: Error: No such container: gone"
+    assert len(res.errors) == 2 and "absent.log" in res.errors[1]
+
+
+def test_rejudge_adds_the_window_log_and_replaces_the_log_check_and_verdict(tmp_path):
+    cfg = parse_config({})
+    scanned = tmp_path / "startup.log"
+    scanned.write_text("server started\n")
+    window = tmp_path / "window.log"
+    window.write_text(f"ok\n{CRASH}\n")
+    report = {
+        "verdict": "pass",
+        "checks": [
+            {
+                "name": "throughput.total",
+                "passed": True,
+                "measured": 1.0,
+                "required": 0.5,
+                "unit": "",
+                "message": "ok",
+                "op": ">=",
+            },
+            {
+                "name": "logs.crash_signatures",
+                "passed": True,
+                "measured": 0,
+                "required": 0,
+                "unit": "",
+                "message": "clean",
+                "op": "==",
+            },
+        ],
+        "failed_checks": [],
+        "skipped": ["logs: no --log file given", "stability: disabled in config"],
+        "phases": {"logs": {"files": [str(scanned), str(tmp_path / "gone.log")]}},
+    }
+    pristine = json.loads(json.dumps(report))
+    out = rejudge_logs(report, cfg, [str(window), str(scanned)], str(tmp_path))
+    assert out["verdict"] == "fail" and out["failed_checks"] == ["logs.crash_signatures"]
+    assert [c["name"] for c in out["checks"]] == ["throughput.total", "logs.crash_signatures"]
+    assert out["phases"]["logs"]["files"] == [str(scanned), str(window)]  # the vanished file dropped, none twice
+    assert out["phases"]["logs"]["first_match"]["line_no"] == 2
+    assert out["skipped"] == ["stability: disabled in config"]
+    clean = rejudge_logs(pristine, cfg, [str(scanned)], str(tmp_path))
+    assert clean["verdict"] == "pass" and clean["failed_checks"] == []
+
+
+def test_rejudge_of_a_report_without_log_phase(tmp_path):
+    window = tmp_path / "w.log"
+    window.write_text("fine\n")
+    out = rejudge_logs({"checks": []}, parse_config({}), [str(window)], str(tmp_path))
+    assert out["verdict"] == "pass" and out["phases"]["logs"]["files"] == [str(window)] and out["skipped"] == []
+
+
+@pytest.mark.parametrize("engine", ["sglang"])
+def test_promoted_reference_is_compared_by_its_own_how(tmp_path, engine):
+    cfg = _cfg()
+    path = tmp_path / "b.json"
+    _write_reference(path, cfg, key_metrics(TP, SS), engine=engine)
+    report = {
+        "verdict": "pass",
+        "engine": engine,
+        "config": cfg.model_dump(mode="python"),
+        "key_metrics": {**key_metrics(TP, SS), "total_token_throughput": 2000.0},
+        "started_at": "2026-12-03T11:00:00+00:00",
+    }
+    assert store.record(path, report, promote=True)[0]
+    info, checks = compare_baseline(str(path), engine, cfg, key_metrics(TP, SS))
+    assert info["reference"]["how"] == "promoted (--promote-baseline)"
+    assert [c.passed for c in checks] == [False, True, True]  # 1000 < 0.95 x 2000
+
+
+# ----- Gate.run against the TEST ENGINE (a subprocess on loopback; not SGLang), tiny workloads -----
+
+import asyncio  # noqa: E402
+
+from testengine.harness import EngineSet  # noqa: E402
+from validate import __version__  # noqa: E402
+from validate.gate import Gate, GateOptions  # noqa: E402
+from validate.metrics import METRIC_DEFINITIONS  # noqa: E402
+from validate.serverinfo import TEST_ENGINE_NOTE  # noqa: E402
+
+FAST = ("--engine-decode-base-ms", "1", "--engine-decode-per-req-ms", "0")
+TINY = {
+    "progress_interval_s": 1,
+    "readiness": {"timeout_s": 10, "interval_s": 0.2, "request_timeout_s": 2},
+    "throughput": {
+        "num_prompts": 8,
+        "input_len": 16,
+        "output_len": 4,
+        "repeats": 2,
+        "max_spread": 10,
+        "timeout_s": 20,
+        "warmup_requests": 0,
+    },
+    "single_stream": {"max_tokens": 8, "timeout_s": 10, "min_decode_tok_s": 1, "max_ttft_ms": 5000},
+    "stability": {"concurrency": [2, 4], "input_len": 16, "output_len": 4, "step_timeout_s": 10, "health_timeout_s": 2},
+    "logs": {"context_lines": 1},
+    "baseline": {"metrics": ["total_token_throughput"]},
+}
+
+
+@pytest.fixture
+def engines(tmp_path):
+    es = EngineSet(tmp_path)
+    yield es
+    es.stop_all()
+
+
+def _gate(url, tmp_path, cfg=None, **opts):
+    said: list[str] = []
+    o = GateOptions(
+        url=url,
+        config=parse_config(cfg if cfg is not None else TINY),
+        config_path="tiny.yml",
+        report_dir=str(tmp_path),
+        **opts,
+    )
+    report = asyncio.run(Gate(o, said.append).run())
+    return report, said
+
+
+def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
+    eng = engines(*FAST)
+    report, said = _gate(
+        eng.url + "/", tmp_path, logs=[str(eng.log)], labels={"host": "h1"}, patch_record={"engine": "test-engine"}
+    )
+    assert report["verdict"] == "pass", report["failed_checks"]
+    assert [c["name"] for c in report["checks"]] == [
+        "readiness",
+        "single_stream.decode_tok_s",
+        "single_stream.ttft_ms",
+        "throughput.failed_requests",
+        "throughput.spread",
+        "stability.concurrency_2",
+        "stability.concurrency_4",
+        "output.empty_or_nan",
+        "logs.crash_signatures",
+    ]
+    assert report["failed_checks"] == [] and report["skipped"] == []
+    assert (report["schema_version"], report["tool"], report["engine"]) == (
+        2,
+        f"sglang-gate {__version__}",
+        "test-engine",
+    )
+    assert report["engine_note"] == TEST_ENGINE_NOTE and "NOTE: " + TEST_ENGINE_NOTE in said
+    assert report["url"] == eng.url and report["labels"] == {"host": "h1"} and report["config_file"] == "tiny.yml"
+    assert report["patch_record"] == {"engine": "test-engine"} and report["metric_definitions"] == METRIC_DEFINITIONS
+    assert report["baseline"] == {"path": None, "used": False, "note": "no --baseline given: no regression check"}
+    assert report["config"]["throughput"]["num_prompts"] == 8 and report["duration_s"] > 0
+    phases = report["phases"]
+    assert set(phases) == {
+        "readiness",
+        "open_files",
+        "sampler_warmup",
+        "single_stream",
+        "throughput",
+        "stability",
+        "health_checks",
+        "logs",
+        "server_info_raw",
+        "server_info_note",
+    }
+    tp = phases["throughput"]
+    assert len(tp["runs"]) == 2 and tp["completed"] == 16 and tp["total_output"] == 16 * 4 and tp["failed"] == 0
+    assert report["key_metrics"]["total_token_throughput"] == pytest.approx(
+        tp["spread"]["total_token_throughput"]["median"]
+    )
+    steps = phases["stability"]["steps"]
+    assert [(s["step"], s["concurrency"], s["passed"]) for s in steps] == [(1, 2, True), (2, 4, True)]
+    assert [h["when"] for h in phases["health_checks"]] == [
+        "after the throughput phase",
+        "after stability step 1/2 (concurrency 2)",
+        "after stability step 2/2 (concurrency 4)",
+    ]
+    assert all(h["healthy"] for h in phases["health_checks"]) and phases["logs"]["files"] == [str(eng.log)]
+    assert phases["open_files"]["wanted"] == 8 + 64 and phases["sampler_warmup"]["ok"] is True
+    assert report["server_info"]["engine"] == "test-engine"
+
+
+def test_disabled_phases_and_no_log_are_listed_as_skipped(engines, tmp_path):
+    eng = engines(*FAST)
+    cfg = {
+        **TINY,
+        "single_stream": {"enabled": False},
+        "throughput": {"enabled": False},
+        "stability": {"enabled": False},
+    }
+    report, _ = _gate(eng.url, tmp_path, cfg)
+    assert report["skipped"] == [
+        "single_stream: disabled in config",
+        "throughput: disabled in config",
+        "stability: disabled in config",
+        "logs: no --log file given",
+    ]
+    assert [c["name"] for c in report["checks"]] == ["readiness"] and report["verdict"] == "pass"
+    assert set(report["phases"]) == {
+        "readiness",
+        "open_files",
+        "sampler_warmup",
+        "health_checks",
+        "server_info_raw",
+        "server_info_note",
+    }
+    assert report["phases"]["open_files"]["wanted"] == 1 + 64  # nothing bigger than one stream runs
+    assert all(v is None for v in report["key_metrics"].values())
+    off = _gate(eng.url, tmp_path, {**cfg, "logs": {"enabled": False}})[0]
+    assert off["skipped"][-1] == "stability: disabled in config" and len(off["skipped"]) == 3
+
+
+def test_a_dead_server_fails_readiness_and_skips_the_rest(tmp_path):
+    cfg = {**TINY, "readiness": {"timeout_s": 0.6, "interval_s": 0.2, "request_timeout_s": 0.2}}
+    report, _ = _gate("http://127.0.0.1:9", tmp_path, cfg)
+    assert report["verdict"] == "fail" and report["failed_checks"][0] == "readiness"
+    assert report["skipped"] == [
+        "single_stream: skipped, the server was down or wedged",
+        "throughput: skipped, the server was down or wedged",
+        "stability: skipped, the server was down or wedged",
+        "logs: no --log file given",
+    ]
+    assert report["engine"] == "unknown" and report["engine_note"] == ""
+    assert report["server_info"] == {"engine": "unknown", "source": "unavailable"}
+    assert "sampler_warmup" not in report["phases"] and "server_info_raw" not in report["phases"]
+
+
+def test_a_crash_in_the_sweep_skips_the_steps_after_it(engines, tmp_path):
+    eng = engines(*FAST, "--engine-fault", "crash_above:3")
+    cfg = {
+        **TINY,
+        "throughput": {**TINY["throughput"], "max_concurrency": 2},
+        "stability": {**TINY["stability"], "concurrency": [2, 4, 8]},
+    }
+    report, said = _gate(eng.url, tmp_path, cfg, logs=[str(eng.log)])
+    steps = report["phases"]["stability"]["steps"]
+    assert [(s["concurrency"], s.get("passed"), s.get("skipped", False)) for s in steps] == [
+        (2, True, False),
+        (4, False, False),
+        (8, None, True),
+    ]
+    assert report["verdict"] == "fail" and "stability.concurrency_4" in report["failed_checks"]
+    assert "stability.concurrency_8" not in [c["name"] for c in report["checks"]]
+    assert any(
+        x.startswith("FAILED stability step 2/3 (concurrency 4): the server died or wedged at this step") for x in said
+    )
+    assert "logs.crash_signatures" in report["failed_checks"]  # the engine logs a real SGLang error as it dies
