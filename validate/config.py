@@ -145,103 +145,89 @@ class ConfigError(Exception):
 
 # ----- turning pydantic errors into one line per field -----
 
-
-def _field_for(loc: tuple[int | str, ...]) -> tuple[Any, Any]:
-    """Walk the models along ``loc``; return (annotation, FieldInfo) of the last field."""
-    model: Any = GateConfig
-    ann: Any = None
-    info: Any = None
-    for part in loc:
-        if isinstance(part, int):
-            args = [a for a in typing.get_args(ann) if a is not type(None)]
-            ann = args[0] if args else None
-            info = None
-            if typing.get_origin(ann) is Annotated:
-                ann, *meta = typing.get_args(ann)
-                info = _MetaInfo(meta)
-            model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-            continue
-        if model is None or part not in getattr(model, "model_fields", {}):
-            return None, None
-        info = model.model_fields[part]
-        ann = info.annotation
-        inner = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) else []
-        cand = inner[0] if len(inner) == 1 else ann
-        model = cand if isinstance(cand, type) and issubclass(cand, BaseModel) else None
-    return ann, info
+# The constraints the fields use, as the message says them (tests/validate/test_config_errors.py
+# checks every field's constraints are among these).
+BOUNDS = (("gt", ">"), ("ge", ">="), ("le", "<="))
+TYPE_WORDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
 
 
-class _MetaInfo:
-    """Stand-in for FieldInfo built from Annotated metadata of list items."""
-
-    def __init__(self, meta: list[Any]) -> None:
-        self.metadata = [m for x in meta for m in getattr(x, "metadata", [x])]
-
-
-def _rule(ann: Any, info: Any) -> str:
-    """'must be a number > 0' from the field's type and constraints."""
-    base = ann
-    args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) else []
-    optional = bool(typing.get_args(ann)) and type(None) in typing.get_args(ann)
-    if typing.get_origin(ann) is typing.Union and len(args) == 1:
-        base = args[0]
-    if typing.get_origin(base) is Annotated:
-        base, *meta = typing.get_args(base)
-        extra = [m for x in meta for m in getattr(x, "metadata", [x])]
-    else:
-        extra = []
-    bounds = []
-    for m in list(getattr(info, "metadata", []) or []) + extra:
-        for attr, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
-            if isinstance(m, getattr(annotated_types, attr.capitalize())):
-                bounds.append(f"{sym} {getattr(m, attr):g}")
-    if typing.get_origin(base) is Literal:
-        return "must be one of: " + ", ".join(str(a) for a in typing.get_args(base))
-    if typing.get_origin(base) is list:
-        item = typing.get_args(base)[0] if typing.get_args(base) else None
-        inner = _rule(item, None) if item is not None else "items"
-        metadata = list(getattr(info, "metadata", []) or []) + extra
-        non_empty = any(isinstance(m, annotated_types.MinLen) and m.min_length > 0 for m in metadata)
-        return f"must be a {'non-empty ' if non_empty else ''}list; each item {inner.removeprefix('must be ')}"
-    if isinstance(base, type) and issubclass(base, BaseModel):
-        return "must be a mapping (keys: " + ", ".join(base.model_fields) + ")"
-    names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
-    what = names.get(base, getattr(base, "__name__", "valid"))
-    text = f"must be {what}" + (" " + " and ".join(bounds) if bounds else "")
-    return text + (" (or null)" if optional and base is not bool else "")
+def _unannotate(ann: Any) -> tuple[Any, list[Any]]:
+    """``Annotated[X, Field(gt=0)]`` -> (X, [Gt(0)]); anything else -> (it, [])."""
+    if typing.get_origin(ann) is not Annotated:
+        return ann, []
+    base, *extra = typing.get_args(ann)
+    return base, [m for x in extra for m in getattr(x, "metadata", [x])]
 
 
-def _format_error(err: dict[str, Any]) -> str:
-    loc = tuple(err.get("loc", ()))
-    path = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
-    path = path or "(top level)"
-    etype = err.get("type", "")
-    got = err.get("input")
-    if etype == "extra_forbidden":
-        model = _model_of(_field_for(loc[:-1])[0]) if len(loc) > 1 else GateConfig
-        allowed = ", ".join(model.model_fields) if model else "?"
-        return f"gate config: {path}: unknown key (allowed here: {allowed})"
-    if etype == "missing":
-        return f"gate config: {path}: required key is missing"
-    if etype == "finite_number":
-        ann, info = _field_for(loc)
-        rule = _rule(ann, info).replace("a number", "a finite number", 1)
-        return f"gate config: {path}: {rule} (got {got!r})"
-    if etype == "value_error":
-        msg = str(err.get("msg", "")).removeprefix("Value error, ")
-        return f"gate config: {path}: {msg}"
-    ann, info = _field_for(loc)
-    rule = _rule(ann, info) if ann is not None else str(err.get("msg", "invalid value")).lower()
-    if etype in ("too_short", "string_too_short") and "non-empty" not in rule:
-        rule += " (must not be empty)"
-    return f"gate config: {path}: {rule} (got {got!r})"
-
-
-def _model_of(ann: Any) -> Any:
+def _model_of(ann: Any) -> type[BaseModel] | None:
+    """The section model an annotation holds (``ReadinessConfig``, ``list[LogSignature]``...), if any."""
     for cand in (ann, *typing.get_args(ann)):
         if isinstance(cand, type) and issubclass(cand, BaseModel):
             return cand
     return None
+
+
+def _field_for(loc: tuple[int | str, ...]) -> tuple[Any, list[Any]]:
+    """(annotation, constraints) of the field ``loc`` names; (None, []) when it names none."""
+    model: type[BaseModel] | None = GateConfig
+    ann: Any = None
+    meta: list[Any] = []
+    for part in loc:
+        if isinstance(part, int):  # an item of a list field
+            ann, meta = _unannotate(typing.get_args(ann)[0])
+        elif model is not None and part in model.model_fields:
+            info = model.model_fields[part]
+            ann, meta = info.annotation, list(info.metadata)
+        else:
+            return None, []
+        model = _model_of(ann)
+    return ann, meta
+
+
+def _rule(ann: Any, meta: list[Any]) -> str:
+    """'must be a number > 0' from the field's type and constraints."""
+    args = typing.get_args(ann)
+    optional = type(None) in args
+    base = next(a for a in args if a is not type(None)) if optional else ann
+    base, extra = _unannotate(base)
+    constraints = meta + extra
+    bounds = [
+        f"{sym} {getattr(m, attr):g}"
+        for m in constraints
+        for attr, sym in BOUNDS
+        if isinstance(m, getattr(annotated_types, attr.capitalize()))
+    ]
+    if typing.get_origin(base) is Literal:
+        return "must be one of: " + ", ".join(typing.get_args(base))
+    if typing.get_origin(base) is list:
+        item, item_meta = _unannotate(typing.get_args(base)[0])
+        non_empty = any(isinstance(m, annotated_types.MinLen) and m.min_length > 0 for m in constraints)
+        each = _rule(item, item_meta).removeprefix("must be ")
+        return f"must be a {'non-empty ' if non_empty else ''}list; each item {each}"
+    if _model_of(base) is base:
+        return "must be a mapping (keys: " + ", ".join(base.model_fields) + ")"
+    text = f"must be {TYPE_WORDS[base]}" + (" " + " and ".join(bounds) if bounds else "")
+    return text + (" (or null)" if optional else "")
+
+
+def _format_error(err: dict[str, Any]) -> str:
+    loc = tuple(err["loc"])  # never empty: parse_config refuses a document that is not a mapping
+    path = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
+    etype = err["type"]
+    got = err.get("input")
+    if etype == "extra_forbidden":
+        model = _model_of(_field_for(loc[:-1])[0]) if len(loc) > 1 else GateConfig
+        return f"gate config: {path}: unknown key (allowed here: {', '.join(model.model_fields)})"
+    if etype == "missing":
+        return f"gate config: {path}: required key is missing"
+    if etype == "value_error":
+        return f"gate config: {path}: {str(err['msg']).removeprefix('Value error, ')}"
+    rule = _rule(*_field_for(loc))
+    if etype == "finite_number":
+        rule = rule.replace("a number", "a finite number", 1)
+    if etype == "string_too_short":
+        rule += " (must not be empty)"
+    return f"gate config: {path}: {rule} (got {got!r})"
 
 
 def parse_config(data: Any, source: str = "gate config") -> GateConfig:

@@ -27,7 +27,7 @@ HOSTS = ["u-h1", "u-h2", "u-h3", "u-h4"]
 BASE_PORT = 31700
 
 
-def _inventory(tmp: Path, h2_reachable: bool) -> Path:
+def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None) -> Path:
     inv = tmp / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     hosts = {}
@@ -59,7 +59,7 @@ def _inventory(tmp: Path, h2_reachable: bool) -> Path:
                             "baseline": {"tolerance": 0.5}},
     )  # fmt: skip
     (inv / "group_vars/all/main.yml").write_text(yaml.safe_dump(local))
-    rollout = {"sglang_rollout_serial": [1, 2], "sglang_rollout_max_fail_percentage": 0}
+    rollout = {"sglang_rollout_serial": serial or [1, 2], "sglang_rollout_max_fail_percentage": 0}
     (inv / "group_vars/all/rollout.yml").write_text(yaml.safe_dump(rollout))
     return inv
 
@@ -114,5 +114,28 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         assert run2["unreachable"] == [] and run2["failed"] == [] and run2["not_reached"] == []
         assert sorted(run2["moved"]) == ["u-h2", "u-h4"], run2
         assert all(_running(h) for h in HOSTS)
+    finally:
+        _cleanup()
+
+
+def test_a_batch_lost_whole_is_still_named_in_the_summary(tmp_path):
+    """u-h2 alone in its batch (serial [1, 1, 2]): Ansible ends the whole run when it is lost, so no
+    task of the rollout can record it; the rollout_lost callback does (playbooks/callback_plugins)."""
+    _cleanup()
+    try:
+        run = _deploy(_inventory(tmp_path, h2_reachable=False, serial=[1, 1, 2]), "20261203T120000Z")
+        log = run.stdout + run.stderr
+        assert run.returncode == 4, log[-4000:]  # unreachable: Ansible ended the run itself
+        run_dir = tmp_path / "reports" / "20261203T120000Z"
+        summary = json.loads((run_dir / "rollout-summary.json").read_text())
+        assert summary["unreachable"] == ["u-h2"] and summary["finished"] is False, summary
+        assert summary["not_reached"] == ["u-h3", "u-h4"] and summary["unchanged"] + summary["moved"] == ["u-h1"]
+        h2 = json.loads((run_dir / "hosts" / "u-h2.json").read_text())
+        assert h2["outcome"] == "unreachable" and h2["stage"] == "image" and h2["failure"] == "unreachable during image"
+        assert h2["failed_task"] and "The next run finishes this host first" in h2["messages"][0]
+        md = (run_dir / "rollout-summary.md").read_text()
+        assert "**Stopped**: u-h2 became unreachable" in md and "UNREACHABLE during image" in md
+        assert "ROLLOUT STOPPED: u-h2 became unreachable during image" in log
+        assert _running("u-h1") and not _running("u-h3")
     finally:
         _cleanup()

@@ -320,3 +320,36 @@ def test_load_config_names_the_file_the_line_and_the_column(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_config(empty)
     assert str(exc.value) == f"gate config: {empty}: the file is empty (start from validate/configs/reference.yml)"
+
+
+def _fields(model, prefix=()):
+    from validate.config import _model_of
+
+    for name, info in model.model_fields.items():
+        yield (*prefix, name), info
+        sub = _model_of(info.annotation)
+        if sub is not None:
+            yield from _fields(sub, (*prefix, name, 0) if "list" in str(info.annotation) else (*prefix, name))
+
+
+def test_every_field_has_a_rule_and_every_constraint_is_said():
+    """A new field or constraint the message builder does not know fails here, not at 3 a.m."""
+    import typing
+
+    import annotated_types
+
+    from validate.config import BOUNDS, GateConfig, _field_for, _rule, _unannotate
+
+    known = {getattr(annotated_types, a.capitalize()) for a, _ in BOUNDS} | {annotated_types.MinLen}
+    seen = 0
+    for loc, _info in _fields(GateConfig):
+        ann, meta = _field_for(loc)
+        rule = _rule(ann, meta)
+        assert rule.startswith("must be "), (loc, rule)
+        inner = [_unannotate(a)[1] for a in (ann, *typing.get_args(ann))]
+        for m in meta + [m for ms in inner for m in ms]:
+            if type(m).__module__ == "annotated_types":
+                assert type(m) in known, (loc, m)
+        seen += 1
+    assert seen == 49  # every field of every section (update when a field is added)
+    assert _field_for(("throughput", "nope")) == (None, [])

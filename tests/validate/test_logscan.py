@@ -277,3 +277,46 @@ def test_container_log_path_is_a_safe_file_name_in_the_report(tmp_path):
 
     assert container_log_path(tmp_path, "mol-sglang.h1") == tmp_path / "container-mol-sglang.h1.log"
     assert container_log_path(str(tmp_path), "a/b c:d") == tmp_path / "container-a_b_c_d.log"
+
+
+def test_long_lines_are_cut_at_500_characters_everywhere(tmp_path):
+    log = tmp_path / "server.log"
+    crash = "RuntimeError: CUDA error: an illegal memory access was encountered " + "y" * 600
+    oom = "torch.OutOfMemoryError: CUDA out of memory. " + "z" * 600
+    log.write_text(f"{crash}\n{oom}\n{'a' * 700}\nX end\n")
+    first, second = scan_logs([str(log)]).matches  # the default: 3 lines of context each side
+    assert first.line == crash[:500] and first.context == [crash[:500], oom[:500], "a" * 500, "X end"]
+    assert second.line == oom[:500] and second.context == [crash[:500], oom[:500], "a" * 500, "X end"]
+    assert len(first.context) == 4  # the default context is 3 lines before and after
+
+
+def test_the_default_context_is_three_lines_before_and_after(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("b1\nb2\nb3\nb4\ntorch.OutOfMemoryError: CUDA out of memory.\na1\na2\na3\na4\n")
+    (m,) = scan_logs([str(log)]).matches
+    assert m.context == ["b2", "b3", "b4", "torch.OutOfMemoryError: CUDA out of memory.", "a1", "a2", "a3"]
+
+
+def test_line_ends_are_the_only_thing_stripped(tmp_path):
+    from validate.logscan import _lines
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"endsX\nXstarts\r\n")
+    assert list(_lines(str(log))) == ["endsX", "Xstarts"]
+
+
+def test_an_unreadable_file_is_named_with_the_reason(tmp_path):
+    missing = tmp_path / "gone.log"
+    assert scan_logs([str(missing)]).errors == [f"{missing}: No such file or directory"]
+
+
+def test_container_log_goes_into_folders_that_do_not_exist_yet_and_long_errors_are_cut(tmp_path, monkeypatch):
+    from validate.logscan import container_log_path, fetch_container_log
+
+    _stub_docker(tmp_path, monkeypatch, "echo ok")
+    dest = tmp_path / "reports" / "h1" / "run" / "container-x.log"
+    assert fetch_container_log("x", dest, None) is None and dest.read_text() == "ok\n"
+    (tmp_path / "bin" / "docker").write_text("#!/bin/sh\nprintf 'E%.0s' $(seq 1 400) >&2\nexit 1\n")
+    err = fetch_container_log("x", dest, None)
+    assert err == "docker logs x: " + "E" * 300
+    assert container_log_path(tmp_path, "Mol-SGLang") == tmp_path / "container-Mol-SGLang.log"

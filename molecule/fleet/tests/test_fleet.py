@@ -131,3 +131,7 @@ def test_second_run_finished_h2_first_then_moved_h3(host):
     assert h2["outcome"] == "ok" and h2["gate"] == "pass", h2  # re-gated: its config never passed one
     h3 = _host_entry(summary, "mol-fleet-h3")
     assert h3["outcome"] == "ok" and h3["image_after"] == RELEASE_B, h3
+    # the repaired host was compared with its own group's reference, not one of its own
+    assert sorted(p.name for p in helpers.reports_dir().glob("baseline-*.json")) == ["baseline-sglang_servers.json"]
+    report = helpers.gate_reports("mol-fleet-h2")[-1]
+    assert report["verdict"] == "pass" and report["baseline"]["used"] is True, report["baseline"]

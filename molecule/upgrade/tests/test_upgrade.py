@@ -15,7 +15,8 @@ NAME = "mol-sglang-mol-upgrade-h1"
 def _records():
     """This host's rollout records, oldest first: converge (a), upgrade (b), redeploy (b)."""
     files = sorted(helpers.reports_dir().glob("*/hosts/mol-upgrade-h1.json"), key=lambda p: p.stat().st_mtime)
-    return [json.loads(p.read_text()) for p in files]
+    records = [json.loads(p.read_text()) for p in files]
+    return [r for r in records if not r["check_mode"]]  # the --check run before the upgrade changed nothing
 
 
 def test_release_b_runs_on_a_new_cache_key(host):
@@ -65,3 +66,18 @@ def test_traffic_hooks_drain_before_the_replacement_and_undrain_after_the_gate(h
     assert events[1][2] <= gate_started <= events[2][2], (events, gate_started)
     info = helpers.container(host, NAME)
     assert info["Config"].get("StopTimeout") == 20, info["Config"].get("StopTimeout")
+
+
+def test_check_run_before_the_upgrade_showed_the_change_and_changed_nothing(host):
+    """side_effect ran `deploy.yml --check --diff` with release-b first (nothing started: checked there)."""
+    log = helpers.nested_log("check-upgrade")
+    assert "TASK [flashinfer_cache : Create the cache volume mol-fic-mol-upgrade-h1-fi0.7.2-cu13.0-" in log, log[-3000:]
+    run = log.index("TASK [sglang_server : Run the serving container from local/sglang-test-engine:release-b]")
+    section = log[run : log.index("TASK [", run + 10)]
+    # the diff names the new image, its release and its cache volume
+    assert "changed: [mol-upgrade-h1]" in section and "\n+    image: sha256:" in section, section[:3000]
+    assert "+        io.sglang-deploy.test-engine.release: release-b" in section
+    assert "+        io.sglang-deploy.cache: mol-fic-mol-upgrade-h1-fi0.7.2-cu13.0-" in section
+    assert "(check mode: nothing changed)" in log and "failed=0" in log
+    check = [json.loads(p.read_text()) for p in helpers.reports_dir().glob("*/hosts/mol-upgrade-h1.json")]
+    assert [r["gate"] for r in check if r["check_mode"]] == ["check-mode"]
