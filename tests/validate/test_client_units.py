@@ -63,11 +63,47 @@ CHATS = {
     + _chunk(content="cd", finish="length")
     + _chunk(usage={"prompt_tokens": 7, "completion_tokens": 5})
     + DONE,
+    "usage_prompt_only": _chunk(content="ab")
+    + _chunk(content="cd", finish="length")
+    + _chunk(usage={"prompt_tokens": 7})
+    + DONE,
+    "usage_zero_prompt": _chunk(content="ab", finish="stop")
+    + _chunk(usage={"prompt_tokens": 0, "completion_tokens": 3})
+    + DONE,
     "empty": _chunk(content="") + _chunk(finish="stop") + DONE,
     "no_finish": _chunk(content="x") + DONE,
     "abort_no_message": b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}\n\n' + DONE,
     "bad_json": b"data: {not json\n\n" + DONE,
     "bad_shape": b'data: {"choices": 5}\n\n' + DONE,
+    "overflow": (RECORDED / "overflow_chat.sse").read_bytes(),
+}
+
+
+def _gen(n: int, finish: dict | None = None, tokens: bool = True) -> bytes:
+    """One /generate event in SGLang's shape: cumulative text, meta_info.completion_tokens."""
+    meta = {"id": "r", "finish_reason": finish, "prompt_tokens": 3}
+    if tokens:
+        meta["completion_tokens"] = n
+    return b"data: " + json.dumps({"text": "t" * n, "meta_info": meta}).encode() + b"\n\n"
+
+
+LEN5 = {"type": "length", "length": 5}
+# token 1, then tokens 2-4 in one read 0.3 s later, then token 5 and [DONE] 0.3 s after that
+TIMED = {
+    "gen": [(0, _gen(1)), (0.3, _gen(2) + _gen(3) + _gen(4)), (0.3, _gen(5, LEN5) + DONE)],
+    "gen_no_counts": [
+        (0, _gen(1, tokens=False)),
+        (0.3, _gen(2, tokens=False) + _gen(3, tokens=False)),
+        (0.3, _gen(4, tokens=False) + _gen(5, LEN5, tokens=False) + DONE),
+    ],
+    # an empty first event (SGLang's role/prefill event) before the first text
+    "gen_empty_first": [
+        (0, b'data: {"text": "", "meta_info": {"completion_tokens": 0}}\n\n' + _gen(1)),
+        (0.3, _gen(2) + _gen(3) + _gen(4) + _gen(5, LEN5)),
+        (0, DONE),
+    ],
+    "unterminated_done": [(0, _gen(1) + _gen(2) + _gen(3) + _gen(4) + _gen(5, LEN5) + b"data: [DONE]")],
+    "unterminated_event": [(0, _gen(1).rstrip(b"\n"))],
 }
 JSONS = {
     "ok": (200, b'{"a": 1}'),
@@ -100,7 +136,23 @@ def server() -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
         status, body = JSONS[name]
         return web.Response(status=status, body=body, reason="Nope" if status == 500 else None)
 
+    async def timed(request: web.Request) -> web.StreamResponse:
+        """A /generate stream written in timed pieces: (pause before, bytes) from TIMED[name]."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for pause, piece in TIMED[request.match_info["name"]]:
+            await asyncio.sleep(pause)
+            await resp.write(piece)
+        await resp.write_eof()
+        return resp
+
+    async def refuse(request: web.Request) -> web.Response:
+        body = b"\xff\xfe not utf-8" if request.match_info["name"] == "binary" else b"queue full"
+        return web.Response(status=503, body=body, headers={"Content-Type": "text/plain; charset=utf-8"})
+
     app = web.Application()
+    app.router.add_post("/timed/{name}", timed)
+    app.router.add_post("/refuse/{name}", refuse)
     app.router.add_post("/chat/{name}", chat)
     app.router.add_get("/doc/{name}", doc)
     runner = web.AppRunner(app)
@@ -191,7 +243,12 @@ def test_reasoning_content_counts_and_chunks_stand_in_for_usage(server):
     assert r.success and r.output_len == 3 and r.text_chars == len("Let me count1 2 3") and len(r.itl) == 2
     assert r.finish_reason == {"type": "stop", "matched": 151336} and r.prompt_len == 0
     u = _run(loop, lambda s: chat_stream(s, base + "/chat/usage", "m", "p", 50))
-    assert u.success and (u.output_len, u.prompt_len, u.text_chars) == (5, 7, 4)
+    assert u.success and (u.output_len, u.prompt_len, u.text_chars) == (5, 7, 4) and len(u.itl) == 1
+    assert 0 <= u.itl[0] < 1  # a gap between two chunks, not a sum of clock readings
+    p = _run(loop, lambda s: chat_stream(s, base + "/chat/usage_prompt_only", "m", "p", 50))
+    assert p.success and (p.output_len, p.prompt_len) == (2, 7)  # no completion_tokens: chunks count
+    z = _run(loop, lambda s: chat_stream(s, base + "/chat/usage_zero_prompt", "m", "p", 50))
+    assert z.success and (z.output_len, z.prompt_len) == (3, 0)
     assert u.finish_reason == {"type": "length", "matched": None}
 
 
@@ -199,6 +256,7 @@ def test_reasoning_content_counts_and_chunks_stand_in_for_usage(server):
     ("name", "failure", "error"),
     [
         ("empty", "short", "returned 0 of at least 1 tokens (finish_reason stop)"),
+        ("overflow", "error_event", "server error in stream: The request queue is full. (code 503)"),
         ("no_finish", "bad_finish", "finish_reason missing (expected stop or length)"),
         ("abort_no_message", "abort", "aborted by the server: no message"),
         # json.JSONDecodeError is a ValueError: a payload that is not JSON
@@ -273,3 +331,59 @@ def test_short_names_the_kind_of_network_error():
     assert client._short(aiohttp.ServerDisconnectedError()).startswith("server disconnected: ServerDisconnectedError: ")
     assert client._short(OSError()) == "OSError: OSError"
     assert client._short(RuntimeError("x" * 400)) == ("RuntimeError: " + "x" * 400)[:300]
+
+
+def _gen_run(loop, base: str, name: str, want: int = 5):
+    from validate.client import generate_stream
+
+    return _run(loop, lambda s: generate_stream(s, base + f"/timed/{name}", generate_body([1, 2, 3], want), 3, want))
+
+
+def test_itl_splits_a_read_evenly_over_its_new_tokens(server):
+    base, loop, _ = server
+    r = _gen_run(loop, base, "gen")
+    assert r.success and r.output_len == 5 and r.text_chars == 5 and r.finish_reason == LEN5
+    assert len(r.itl) == 4 and r.ttft < 0.25
+    # tokens 2-4 arrived together 0.3 s after token 1: three gaps of 0.1 s; token 5 0.3 s later
+    assert r.itl[0] == r.itl[1] == r.itl[2] and 0.08 <= r.itl[0] <= 0.2, r.itl
+    assert 0.25 <= r.itl[3] <= 0.6 and 0.55 <= r.latency <= 1.5, (r.itl, r.latency)
+
+
+def test_without_completion_tokens_events_count_as_tokens(server):
+    base, loop, _ = server
+    r = _gen_run(loop, base, "gen_no_counts")
+    assert r.success and r.output_len == 5 and len(r.itl) == 4
+    assert r.itl[0] == r.itl[1] and 0.1 <= r.itl[0] <= 0.3 and r.itl[2] == r.itl[3] and 0.1 <= r.itl[2] <= 0.3, r.itl
+    short = _gen_run(loop, base, "gen_no_counts", want=6)
+    assert short.failure == "short" and short.error == "returned 5 of 6 tokens (finish_reason length)"
+
+
+def test_ttft_waits_for_the_first_text_not_the_first_event(server):
+    base, loop, _ = server
+    r = _gen_run(loop, base, "gen_empty_first")
+    assert r.success and r.output_len == 5 and len(r.itl) == 4 and r.ttft < 0.25
+    assert r.itl[1] == r.itl[2] == r.itl[3] and 0.2 <= r.itl[1] * 4 <= 0.8, r.itl
+
+
+def test_a_final_done_without_a_blank_line_still_ends_the_stream(server):
+    base, loop, _ = server
+    r = _gen_run(loop, base, "unterminated_done")
+    assert r.success and r.output_len == 5 and 0 < r.latency < 2
+    cut = _gen_run(loop, base, "unterminated_event", want=1)
+    assert cut.failure == "no_done" and cut.text_chars == 1 and cut.ttft > 0  # its one event was still read
+    assert cut.error == "stream ended without data: [DONE] (server closed the connection?)"
+
+
+def test_a_refused_request_is_an_http_failure_with_the_answer(server):
+    from validate.client import generate_stream
+
+    base, loop, _ = server
+    r = _run(loop, lambda s: generate_stream(s, base + "/refuse/text", generate_body([1], 4), 1, 4))
+    assert (r.success, r.failure, r.error) == (False, "http_error", "HTTP 503 Service Unavailable: queue full")
+    b = _run(loop, lambda s: generate_stream(s, base + "/refuse/binary", generate_body([1], 4), 1, 4))
+    assert b.error == "HTTP 503 Service Unavailable:"  # a body that is not text is left out
+
+
+def test_error_text_edges():
+    assert client._error_text(b"\xff{bad") == "\ufffd{bad"
+    assert client._error_text(b'{"error": "' + b"x" * 400 + b'"}') == "x" * 300

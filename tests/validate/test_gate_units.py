@@ -395,3 +395,64 @@ def test_a_crash_in_the_sweep_skips_the_steps_after_it(engines, tmp_path):
         x.startswith("FAILED stability step 2/3 (concurrency 4): the server died or wedged at this step") for x in said
     )
     assert "logs.crash_signatures" in report["failed_checks"]  # the engine logs a real SGLang error as it dies
+
+
+def test_a_server_wedged_at_its_first_request_stops_every_phase(engines, tmp_path):
+    eng = engines(*FAST, "--engine-fault", "hang")
+    cfg = {**TINY, "single_stream": {"timeout_s": 1}, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
+    report, said = _gate(eng.url, tmp_path, cfg)
+    assert report["phases"]["sampler_warmup"]["ok"] is False
+    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after the failed warm-up request"]
+    assert report["skipped"][:3] == [
+        "single_stream: skipped, the server was down or wedged",
+        "throughput: skipped, the server was down or wedged",
+        "stability: skipped, the server was down or wedged",
+    ]
+    assert report["failed_checks"] == ["sampler_warmup.server_healthy_after"]
+    assert any(line.startswith("FAILED") and "died or is wedged" in line for line in said)
+
+
+def test_a_phase_the_open_file_limit_cannot_fit_is_refused_and_named(engines, tmp_path, monkeypatch):
+    from validate import gate as gate_module
+    from validate.limits import FileLimit
+
+    asked: list[int] = []
+
+    def tight(concurrency: int) -> FileLimit:
+        asked.append(concurrency)
+        return FileLimit(70, 70, concurrency + 64, "could not raise the open-file limit from 70: test")
+
+    monkeypatch.setattr(gate_module, "raise_open_files", tight)
+    eng = engines(*FAST)
+    cfg = {**TINY, "stability": {**TINY["stability"], "concurrency": [2, 8]}}
+    report, said = _gate(eng.url, tmp_path, cfg)
+    assert asked == [8] and said[0] == "could not raise the open-file limit from 70: test"
+    assert "throughput.open_files" in report["failed_checks"]  # 8 streams + 64 > 70
+    assert report["phases"]["throughput"]["refused"].startswith("needs 72 open files for 8 concurrent streams")
+    steps = report["phases"]["stability"]["steps"]
+    assert [(s["concurrency"], s.get("passed")) for s in steps] == [(2, True), (8, False)]
+    assert steps[1]["refused"].startswith("needs 72 open files")
+    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after stability step 1/2 (concurrency 2)"]
+
+
+def test_a_gate_error_in_one_phase_fails_that_phase_and_keeps_the_report(engines, tmp_path, monkeypatch):
+    from validate import gate as gate_module
+
+    async def broken(self, mm):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gate_module.Gate, "_single_stream", broken)
+    eng = engines(*FAST)
+    report, said = _gate(eng.url, tmp_path, {**TINY, "stability": {"enabled": False}})
+    c = next(c for c in report["checks"] if c["name"] == "single_stream.error")
+    assert c == {
+        "name": "single_stream.error",
+        "passed": False,
+        "measured": None,
+        "required": None,
+        "unit": "",
+        "message": "FAILED single_stream: gate error RuntimeError: boom",
+        "op": "",
+    }
+    assert "FAILED single_stream: gate error RuntimeError: boom" in said
+    assert "throughput.failed_requests" in [c["name"] for c in report["checks"]]  # the next phase still ran
