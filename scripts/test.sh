@@ -41,12 +41,14 @@ pytest_or_fail() {
 
 run_pytest() {
   if [ "$#" -gt 0 ]; then banner "pytest $*"; pytest_or_fail "$@"; return; fi
-  # The gate and test-engine suites are loopback-only and independent: two workers (pytest-xdist).
-  # The images/roles suites share one Docker daemon and its names: one process.
-  banner "pytest: validate, testengine (2 workers)"
-  pytest_or_fail -n 2 --dist loadfile tests/validate tests/testengine
-  banner "pytest: images, roles, benchmarks"
-  pytest_or_fail tests/images tests/roles tests/benchmarks
+  # Tests that leave the Docker daemon alone (loopback servers on free ports, ansible-playbook with
+  # local connections in temp folders, parsers): two workers (pytest-xdist). Tests marked `docker`
+  # share the one daemon and its names: one process. The slowest of each stage are listed.
+  local suites=(tests/validate tests/testengine tests/images tests/roles tests/benchmarks)
+  banner "pytest: not docker (2 workers)"
+  pytest_or_fail -n 2 --dist loadfile -m "not docker" --durations=8 "${suites[@]}"
+  banner "pytest: docker (one process)"
+  pytest_or_fail -m docker --durations=8 "${suites[@]}"
 }
 
 run_molecule() {

@@ -263,8 +263,8 @@ def test_container_log_failure_is_an_error_text_not_an_exception(tmp_path, monke
     _stub_docker(tmp_path, monkeypatch, 'echo "Error: No such container: gone" >&2; exit 1')
     err = fetch_container_log("gone", tmp_path / "c.log", None)
     assert err == "docker logs gone: Error: No such container: gone"
-    _stub_docker_slow = tmp_path / "bin" / "docker"
-    _stub_docker_slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow = tmp_path / "bin" / "docker"
+    slow.write_text("#!/bin/sh\nsleep 5\n")
     err = fetch_container_log("slow", tmp_path / "c.log", None, timeout_s=0.2)
     assert err is not None and err.startswith("docker logs slow: ") and "timed out" in err
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
