@@ -51,3 +51,17 @@ def check(report: dict[str, Any], name: str) -> dict[str, Any]:
     found = [c for c in report["checks"] if c["name"] == name]
     assert found, f"no check {name!r}; checks: {[c['name'] for c in report['checks']]}"
     return found[0]
+
+
+def stub_docker(tmp_path: Path, monkeypatch: Any, body: str) -> Path:
+    """A `docker` on PATH that records its argv (one per line, returned file) and answers as the
+    shell ``body`` says. The thing under test is how the gate calls docker and keeps its output,
+    not docker."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    argv_file = tmp_path / "argv"
+    stub = bin_dir / "docker"
+    stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\n{body}\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return argv_file

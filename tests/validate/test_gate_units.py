@@ -4,13 +4,19 @@ finished report with the server's log of the gate window. Exact values throughou
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from _gate_helpers import stub_docker
 
+from testengine.harness import EngineSet
+from validate import __version__
 from validate import baseline as store
 from validate.config import parse_config
-from validate.gate import compare_baseline, key_metrics, rejudge_logs, scan
+from validate.gate import Gate, GateOptions, compare_baseline, key_metrics, rejudge_logs, scan
+from validate.metrics import METRIC_DEFINITIONS
+from validate.serverinfo import TEST_ENGINE_NOTE
 
 TP = {
     "completed": 12,
@@ -122,22 +128,15 @@ def test_compared_reference_gives_one_check_per_metric_with_values(tmp_path):
     ]
 
 
-def _stub_docker(tmp_path, monkeypatch, log_text: str, fail_for: str = "") -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    stub = bin_dir / "docker"
-    stub.write_text(
-        "#!/bin/sh\n"
-        'for a in "$@"; do last=$a; done\n'
-        f'if [ "$last" = "{fail_for}" ]; then echo "Error: No such container: $last" >&2; exit 1; fi\n'
-        f"printf '%s\\n' '{log_text}'\n"
-    )
-    stub.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-
-
 def test_scan_fetches_docker_entries_next_to_the_report_and_keeps_fetch_errors_first(tmp_path, monkeypatch):
-    _stub_docker(tmp_path, monkeypatch, CRASH, fail_for="gone")
+    # answers the container "gone" like docker does for a missing one, any other with CRASH
+    stub_docker(
+        tmp_path,
+        monkeypatch,
+        'for a in "$@"; do last=$a; done\n'
+        'if [ "$last" = gone ]; then echo "Error: No such container: $last" >&2; exit 1; fi\n'
+        f"printf '%s\\n' '{CRASH}'",
+    )
     plain = tmp_path / "server.log"
     plain.write_text("fine\n")
     report_dir = tmp_path / "report"
@@ -224,13 +223,6 @@ def test_promoted_reference_is_compared_by_its_own_how(tmp_path, engine):
 
 # ----- Gate.run against the TEST ENGINE (a subprocess on loopback; not SGLang), tiny workloads -----
 
-import asyncio  # noqa: E402
-
-from testengine.harness import EngineSet  # noqa: E402
-from validate import __version__  # noqa: E402
-from validate.gate import Gate, GateOptions  # noqa: E402
-from validate.metrics import METRIC_DEFINITIONS  # noqa: E402
-from validate.serverinfo import TEST_ENGINE_NOTE  # noqa: E402
 
 FAST = ("--engine-decode-base-ms", "1", "--engine-decode-per-req-ms", "0")
 TINY = {

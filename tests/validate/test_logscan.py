@@ -11,6 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from _gate_helpers import stub_docker
 
 from validate.logscan import MAX_MATCHES, scan_logs
 
@@ -232,23 +233,10 @@ def test_two_close_matches_each_get_the_lines_after_them(tmp_path):
     ]
 
 
-def _stub_docker(tmp_path, monkeypatch, body: str):
-    """A `docker` on PATH that records its argv and answers as the shell body says
-    (the thing under test is how the gate calls docker and keeps its output, not docker)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    argv_file = tmp_path / "argv"
-    stub = bin_dir / "docker"
-    stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\n{body}\n')
-    stub.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    return argv_file
-
-
 def test_container_log_is_streamed_to_a_file_with_since(tmp_path, monkeypatch):
     from validate.logscan import fetch_container_log
 
-    argv = _stub_docker(tmp_path, monkeypatch, 'echo "stdout line"; echo "stderr line" >&2')
+    argv = stub_docker(tmp_path, monkeypatch, 'echo "stdout line"; echo "stderr line" >&2')
     dest = tmp_path / "report" / "container-x.log"
     assert fetch_container_log("mol-sglang", dest, "2026-12-03T10:00:00Z") is None
     assert argv.read_text().split("\n")[:4] == ["logs", "--since", "2026-12-03T10:00:00Z", "mol-sglang"]
@@ -260,7 +248,7 @@ def test_container_log_is_streamed_to_a_file_with_since(tmp_path, monkeypatch):
 def test_container_log_failure_is_an_error_text_not_an_exception(tmp_path, monkeypatch):
     from validate.logscan import fetch_container_log
 
-    _stub_docker(tmp_path, monkeypatch, 'echo "Error: No such container: gone" >&2; exit 1')
+    stub_docker(tmp_path, monkeypatch, 'echo "Error: No such container: gone" >&2; exit 1')
     err = fetch_container_log("gone", tmp_path / "c.log", None)
     assert err == "docker logs gone: Error: No such container: gone"
     slow = tmp_path / "bin" / "docker"
@@ -313,7 +301,7 @@ def test_an_unreadable_file_is_named_with_the_reason(tmp_path):
 def test_container_log_goes_into_folders_that_do_not_exist_yet_and_long_errors_are_cut(tmp_path, monkeypatch):
     from validate.logscan import container_log_path, fetch_container_log
 
-    _stub_docker(tmp_path, monkeypatch, "echo ok")
+    stub_docker(tmp_path, monkeypatch, "echo ok")
     dest = tmp_path / "reports" / "h1" / "run" / "container-x.log"
     assert fetch_container_log("x", dest, None) is None and dest.read_text() == "ok\n"
     (tmp_path / "bin" / "docker").write_text("#!/bin/sh\nprintf 'E%.0s' $(seq 1 400) >&2\nexit 1\n")
