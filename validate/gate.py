@@ -78,7 +78,7 @@ def compare_baseline(
     if ref.engine != engine:
         info["note"] = f"baseline was measured on engine {ref.engine!r}, this server is {engine!r}: not compared"
         return info, []
-    mine = baseline_store.workload(config.model_dump(mode="python"))
+    mine = baseline_store.workload(config.model_dump())
     changed = [f"{k}: {ref.workload.get(k)!r} -> {v!r}" for k, v in mine.items() if ref.workload.get(k) != v]
     if changed:
         info["note"] = "baseline measured a different workload, not compared (" + "; ".join(changed) + ")"
@@ -126,6 +126,7 @@ class Gate:
         self.skipped: list[str] = []
         self.m = Measurements()
         self.down = False
+        self.step_passed: dict[int, bool] = {}  # stability step number -> the judge's verdict
 
     def _add(self, *found: Check | None) -> None:
         for check in found:
@@ -184,7 +185,8 @@ class Gate:
                         self._add(Check(f"{name}.error", False, None, None, "", text))
 
     async def _single_stream(self, mm: Measurer) -> None:
-        ss = self.m.single_stream = await mm.single_stream(self.m.server.model if self.m.server else "default")
+        assert self.m.server is not None  # phases run only after readiness, which read the server info
+        ss = self.m.single_stream = await mm.single_stream(self.m.server.model)
         self._add(*judge.single_stream(ss, self.c))
         if not ss.request.success:
             self._health("single_stream", await mm.health("after the failed single-stream request"))
@@ -204,6 +206,7 @@ class Gate:
             st = await mm.stability_step(idx, len(conc), c, self.m.file_limit)
             self.m.stability.append(st)
             check = judge.stability_step(st, self.c)
+            self.step_passed[idx] = check.passed
             self.checks.append(check)
             self.say(check.message)
             if st.health is not None:
@@ -211,12 +214,10 @@ class Gate:
                 self.down = self.down or not st.health.healthy
 
     def _step_dict(self, st: StabilityStep) -> dict[str, Any]:
-        """The step's measurements plus its verdict (the judge's check of the same name)."""
+        """The step's measurements plus its verdict (the judge's check of that step)."""
         d = st.to_dict()
         if not st.skipped:
-            d["passed"] = next(
-                (c.passed for c in self.checks if c.name == f"stability.concurrency_{st.concurrency}"), False
-            )
+            d["passed"] = self.step_passed[st.step]
         return d
 
     async def run(self) -> dict[str, Any]:
@@ -224,14 +225,14 @@ class Gate:
         self._open_files()
         await self._measure()
         self._add(judge.output(self.m.results))
-        logs: LogScanResult | None = None
-        if self.c.logs.enabled and self.o.logs:
-            logs = scan(self.o.logs, self.c, self.o.report_dir, started.isoformat())
+        scanned = self.c.logs.enabled and bool(self.o.logs)
+        logs = scan(self.o.logs, self.c, self.o.report_dir, started.isoformat()) if scanned else None
+        if logs is not None:
             self._add(judge.logs(logs))
         elif self.c.logs.enabled:
             self.skipped.append("logs: no --log file given")
         summary = self.m.server.summary if self.m.server else {"engine": "unknown", "source": "unavailable"}
-        engine = summary.get("engine", "unknown")
+        engine = summary["engine"]
         tp = self.m.throughput.to_dict() if self.m.throughput and self.m.throughput.runs else None
         ss = self.m.single_stream.to_dict() if self.m.single_stream else None
         km = key_metrics(tp, ss)
@@ -248,7 +249,7 @@ class Gate:
             "health_checks": [asdict(h) for h in m.health],
             "logs": logs.to_dict() if logs else None,
             "server_info_raw": m.server.raw if m.server else None,
-            "server_info_note": m.server.note if m.server else "",
+            "server_info_note": m.server.note if m.server else None,
         }
         return {
             "schema_version": SCHEMA_VERSION,
@@ -261,7 +262,7 @@ class Gate:
             "duration_s": round((datetime.now(UTC) - started).total_seconds(), 2),
             "labels": self.o.labels,
             "config_file": self.o.config_path,
-            "config": self.c.model_dump(mode="python"),
+            "config": self.c.model_dump(),
             "server_info": summary,
             "patch_record": self.o.patch_record,
             "checks": [asdict(c) for c in self.checks],

@@ -144,7 +144,12 @@ class StabilityStep:
         return f"step {self.step}/{self.of} (concurrency {self.concurrency})"
 
     def to_dict(self) -> dict[str, Any]:
-        base: dict[str, Any] = {"step": self.step, "concurrency": self.concurrency, "requests": self.requests}
+        base: dict[str, Any] = {
+            "step": self.step,
+            "of": self.of,
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+        }
         if self.skipped or self.load is None:
             return {**base, "skipped": self.skipped, "refused": self.refused}
         m = self.load.metrics

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from datetime import datetime
 
 import pytest
 from _gate_helpers import stub_docker
@@ -138,7 +140,7 @@ def test_scan_fetches_docker_entries_next_to_the_report_and_keeps_fetch_errors_f
         f"printf '%s\\n' '{CRASH}'",
     )
     plain = tmp_path / "server.log"
-    plain.write_text("fine\n")
+    plain.write_text("before\nfine\nafter\n")
     report_dir = tmp_path / "report"
     cfg = parse_config({"logs": {"context_lines": 0, "extra_signatures": [{"name": "widget", "pattern": "fine"}]}})
     res = scan([str(plain), "docker:srv", "docker:gone", str(tmp_path / "absent.log")], cfg, str(report_dir), "T0")
@@ -146,7 +148,7 @@ def test_scan_fetches_docker_entries_next_to_the_report_and_keeps_fetch_errors_f
     assert res.files == [str(plain), str(fetched), str(tmp_path / "absent.log")]
     assert fetched.read_text() == CRASH + "\n"
     assert [(m.signature, m.file, m.context) for m in res.matches] == [
-        ("widget", str(plain), ["fine"]),
+        ("widget", str(plain), ["fine"]),  # context_lines 0: the line alone
         ("cuda_error", str(fetched), [CRASH]),
     ]
     assert res.errors[0] == "docker logs gone: Error: No such container: gone"
@@ -199,8 +201,34 @@ def test_rejudge_adds_the_window_log_and_replaces_the_log_check_and_verdict(tmp_
 def test_rejudge_of_a_report_without_log_phase(tmp_path):
     window = tmp_path / "w.log"
     window.write_text("fine\n")
-    out = rejudge_logs({"checks": []}, parse_config({}), [str(window)], str(tmp_path))
+    out = rejudge_logs({}, parse_config({}), [str(window)], str(tmp_path))
     assert out["verdict"] == "pass" and out["phases"]["logs"]["files"] == [str(window)] and out["skipped"] == []
+
+
+def test_a_reference_without_its_start_time_says_so(tmp_path):
+    cfg = _cfg()
+    path = tmp_path / "b.json"
+    _write_reference(path, cfg, key_metrics(TP, SS), started="")
+    info, checks = compare_baseline(str(path), "sglang", cfg, key_metrics(TP, SS))
+    assert info["note"] == "compared with the group's reference from unknown time (first passing gate of the group)"
+    assert [c.passed for c in checks] == [True, True, True]
+
+
+def test_scan_without_a_report_folder_fetches_into_the_working_folder_since_the_start(tmp_path, monkeypatch):
+    argv = stub_docker(tmp_path, monkeypatch, f"printf '%s\\n' '{CRASH}'")
+    monkeypatch.chdir(tmp_path)
+    res = scan(["docker:srv"], parse_config({}), None, "2026-12-03T10:00:00+00:00")
+    assert res.files == ["container-srv.log"] and (tmp_path / "container-srv.log").read_text() == CRASH + "\n"
+    assert argv.read_text().split("\n")[:4] == ["logs", "--since", "2026-12-03T10:00:00+00:00", "srv"]
+    assert [m.signature for m in res.matches] == ["cuda_error"]
+
+
+def test_rejudge_fetches_docker_entries_next_to_the_report_without_since(tmp_path, monkeypatch):
+    argv = stub_docker(tmp_path, monkeypatch, f"printf '%s\\n' '{CRASH}'")
+    out = rejudge_logs({}, parse_config({}), ["docker:srv"], str(tmp_path / "rep"))
+    assert out["phases"]["logs"]["files"] == [str(tmp_path / "rep" / "container-srv.log")]
+    assert argv.read_text().split("\n")[:2] == ["logs", "srv"]  # the whole log: the gate already narrowed it
+    assert out["verdict"] == "fail"
 
 
 @pytest.mark.parametrize("engine", ["sglang"])
@@ -266,10 +294,31 @@ def _gate(url, tmp_path, cfg=None, **opts):
 
 def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
     eng = engines(*FAST)
+    base = tmp_path / "baseline.json"
+    reference = {"total_token_throughput": 1.0, "single_stream_decode_tok_s": 1.0}
+    _write_reference(base, parse_config(TINY), reference, engine="test-engine")
+    t0 = time.time()
     report, said = _gate(
-        eng.url + "/", tmp_path, logs=[str(eng.log)], labels={"host": "h1"}, patch_record={"engine": "test-engine"}
+        eng.url + "/",
+        tmp_path,
+        logs=[str(eng.log)],
+        labels={"host": "h1"},
+        patch_record={"engine": "test-engine"},
+        baseline_path=str(base),
     )
+    elapsed = time.time() - t0
     assert report["verdict"] == "pass", report["failed_checks"]
+    assert 0 < report["duration_s"] <= elapsed + 0.005 and report["duration_s"] == round(report["duration_s"], 2)
+    started = datetime.fromisoformat(report["started_at"])
+    assert abs(started.timestamp() - t0) < 1.5 and report["started_at"].endswith("+00:00")
+    assert report["baseline"]["used"] is True and report["baseline"]["values"]["total_token_throughput"] == {
+        "baseline": 1.0,
+        "measured": report["key_metrics"]["total_token_throughput"],
+    }
+    assert report["checks"][-1]["name"] == "baseline.total_token_throughput" and report["checks"][-1]["passed"]
+    ss = report["phases"]["single_stream"]
+    assert ss["success"] and report["key_metrics"]["single_stream_decode_tok_s"] == ss["decode_tok_s"] > 0
+    assert report["phases"]["server_info_note"] == ""
     assert [c["name"] for c in report["checks"]] == [
         "readiness",
         "single_stream.decode_tok_s",
@@ -280,6 +329,7 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "stability.concurrency_4",
         "output.empty_or_nan",
         "logs.crash_signatures",
+        "baseline.total_token_throughput",
     ]
     assert report["failed_checks"] == [] and report["skipped"] == []
     assert (report["schema_version"], report["tool"], report["engine"]) == (
@@ -290,8 +340,7 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
     assert report["engine_note"] == TEST_ENGINE_NOTE and "NOTE: " + TEST_ENGINE_NOTE in said
     assert report["url"] == eng.url and report["labels"] == {"host": "h1"} and report["config_file"] == "tiny.yml"
     assert report["patch_record"] == {"engine": "test-engine"} and report["metric_definitions"] == METRIC_DEFINITIONS
-    assert report["baseline"] == {"path": None, "used": False, "note": "no --baseline given: no regression check"}
-    assert report["config"]["throughput"]["num_prompts"] == 8 and report["duration_s"] > 0
+    assert report["config"]["throughput"]["num_prompts"] == 8
     phases = report["phases"]
     assert set(phases) == {
         "readiness",
@@ -311,7 +360,7 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         tp["spread"]["total_token_throughput"]["median"]
     )
     steps = phases["stability"]["steps"]
-    assert [(s["step"], s["concurrency"], s["passed"]) for s in steps] == [(1, 2, True), (2, 4, True)]
+    assert [(s["step"], s["of"], s["concurrency"], s["passed"]) for s in steps] == [(1, 2, 2, True), (2, 2, 4, True)]
     assert [h["when"] for h in phases["health_checks"]] == [
         "after the throughput phase",
         "after stability step 1/2 (concurrency 2)",
@@ -364,7 +413,8 @@ def test_a_dead_server_fails_readiness_and_skips_the_rest(tmp_path):
     ]
     assert report["engine"] == "unknown" and report["engine_note"] == ""
     assert report["server_info"] == {"engine": "unknown", "source": "unavailable"}
-    assert "sampler_warmup" not in report["phases"] and "server_info_raw" not in report["phases"]
+    assert not {"sampler_warmup", "server_info_raw", "server_info_note"} & set(report["phases"])
+    assert report["baseline"] == {"path": None, "used": False, "note": "no --baseline given: no regression check"}
 
 
 def test_a_crash_in_the_sweep_skips_the_steps_after_it(engines, tmp_path):
@@ -372,7 +422,7 @@ def test_a_crash_in_the_sweep_skips_the_steps_after_it(engines, tmp_path):
     cfg = {
         **TINY,
         "throughput": {**TINY["throughput"], "max_concurrency": 2},
-        "stability": {**TINY["stability"], "concurrency": [2, 4, 8]},
+        "stability": {**TINY["stability"], "concurrency": [2, 4, 8, 16]},
     }
     report, said = _gate(eng.url, tmp_path, cfg, logs=[str(eng.log)])
     steps = report["phases"]["stability"]["steps"]
@@ -380,11 +430,17 @@ def test_a_crash_in_the_sweep_skips_the_steps_after_it(engines, tmp_path):
         (2, True, False),
         (4, False, False),
         (8, None, True),
+        (16, None, True),
     ]
+    assert steps[2:] == [
+        {"step": 3, "of": 4, "concurrency": 8, "requests": 0, "skipped": True, "refused": ""},
+        {"step": 4, "of": 4, "concurrency": 16, "requests": 0, "skipped": True, "refused": ""},
+    ]
+    assert report["phases"]["open_files"]["wanted"] == 16 + 64  # the sweep's top step, above the throughput's 2
     assert report["verdict"] == "fail" and "stability.concurrency_4" in report["failed_checks"]
     assert "stability.concurrency_8" not in [c["name"] for c in report["checks"]]
     assert any(
-        x.startswith("FAILED stability step 2/3 (concurrency 4): the server died or wedged at this step") for x in said
+        x.startswith("FAILED stability step 2/4 (concurrency 4): the server died or wedged at this step") for x in said
     )
     assert "logs.crash_signatures" in report["failed_checks"]  # the engine logs a real SGLang error as it dies
 
@@ -448,3 +504,36 @@ def test_a_gate_error_in_one_phase_fails_that_phase_and_keeps_the_report(engines
     }
     assert "FAILED single_stream: gate error RuntimeError: boom" in said
     assert "throughput.failed_requests" in [c["name"] for c in report["checks"]]  # the next phase still ran
+
+
+def test_a_server_that_dies_under_throughput_fails_the_health_after_it(engines, tmp_path):
+    eng = engines(*FAST, "--engine-fault", "crash_above:2")
+    cfg = {**TINY, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
+    report, _ = _gate(eng.url, tmp_path, cfg)
+    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after the throughput phase"]
+    assert "throughput.server_healthy_after" in report["failed_checks"]
+    assert report["skipped"][0] == "stability: skipped, the server was down or wedged"
+
+
+def test_a_server_that_dies_in_the_single_stream_is_named_there(engines, tmp_path, monkeypatch):
+    """The server goes away between the warm-up and the single stream (stopped, as a crash would)."""
+    from validate.phases import Measurer
+
+    eng = engines(*FAST)
+    real = Measurer.single_stream
+
+    async def dies_first(self, model):
+        eng.stop()
+        return await real(self, model)
+
+    monkeypatch.setattr(Measurer, "single_stream", dies_first)
+    cfg = {**TINY, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
+    report, said = _gate(eng.url, tmp_path, cfg)
+    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after the failed single-stream request"]
+    assert report["failed_checks"] == ["single_stream.request", "single_stream.server_healthy_after"]
+    assert report["skipped"] == [
+        "throughput: skipped, the server was down or wedged",
+        "stability: skipped, the server was down or wedged",
+        "logs: no --log file given",
+    ]
+    assert any(x.startswith("FAILED /health after the failed single-stream request: ") for x in said)
