@@ -231,8 +231,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE.parent / "out" / "benchmarks" / "client_overhead.json"))
     a = ap.parse_args()
     if a.quick:
-        a.concurrency, a.requests_per_level, a.fidelity_prompts, a.paced_concurrency = [64], 256, 64, 16
-        a.repeats = 1
+        a.concurrency, a.requests_per_level, a.fidelity_prompts, a.paced_concurrency = [64], 256, 32, 8
+        a.output_len, a.repeats = 32, 1
     bench_py = str(_bench_serving_env.ensure())
     engine_cpu, client_cpu = _cpus()
     print(

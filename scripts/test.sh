@@ -39,20 +39,46 @@ pytest_or_fail() {
   [ "$rc" -eq 0 ] || exit "$rc"
 }
 
+# The molecule instance images (debootstrap, apt: mostly waiting on the mirror) build in the
+# background while the docker tests run; run_molecule waits for them.
+build_pid=""
+start_instance_build() {
+  mkdir -p build/molecule
+  banner "molecule instance images: building in the background (log: build/molecule/build-instance.log)"
+  bash molecule/resources/build-instance.sh all > build/molecule/build-instance.log 2>&1 &
+  build_pid=$!
+  trap 'kill "$build_pid" 2>/dev/null || true' EXIT
+}
+wait_instance_build() {
+  [ -n "$build_pid" ] || start_instance_build
+  banner "molecule instance images: waiting for the build"
+  if ! wait "$build_pid"; then
+    cat build/molecule/build-instance.log
+    echo "building the molecule instance images failed (log above)" >&2
+    exit 1
+  fi
+  trap - EXIT
+  tail -n 5 build/molecule/build-instance.log
+}
+
 run_pytest() {
   if [ "$#" -gt 0 ]; then banner "pytest $*"; pytest_or_fail "$@"; return; fi
-  # Tests that leave the Docker daemon alone (loopback servers on free ports, ansible-playbook with
-  # local connections in temp folders, parsers): two workers (pytest-xdist). Tests marked `docker`
-  # share the one daemon and its names: one process. The slowest of each stage are listed.
+  # Two stages, two workers each (pytest-xdist, one test file per worker): first the tests that
+  # leave the Docker daemon alone (loopback servers on free ports, ansible-playbook with local
+  # connections in temp folders, parsers), then those marked `docker`. Each docker test file uses
+  # its own container, volume, image-tag and port names, so two files can share the daemon; a
+  # rollout there mostly waits on Ansible's task round trips, which leaves a core free for the other.
+  # The slowest tests of each stage are listed.
   local suites=(tests/validate tests/testengine tests/images tests/roles tests/benchmarks)
   banner "pytest: not docker (2 workers)"
   pytest_or_fail -n 2 --dist loadfile -m "not docker" --durations=8 "${suites[@]}"
-  banner "pytest: docker (one process)"
-  pytest_or_fail -m docker --durations=8 "${suites[@]}"
+  if [ "$stage" = all ]; then start_instance_build; fi
+  banner "pytest: docker (2 workers)"
+  pytest_or_fail -n 2 --dist loadfile -m docker --durations=8 "${suites[@]}"
 }
 
 run_molecule() {
-  bash molecule/resources/build-instance.sh all
+  wait_instance_build
   # `hosts` (apt on two fresh hosts: mostly waiting on the mirror; its own network, no server
   # containers) runs beside the others; the rest share the machine's daemon, ports and CPU: one at a time.
   mkdir -p build/molecule

@@ -1,49 +1,16 @@
-"""Static checks of the rollout: syntax with both inventories, ansible-lint (production
-profile), yamllint, the example inventory passing preflight, and its gate thresholds
-staying equal to validate/configs/reference.yml."""
+"""Static checks of the rollout: the example inventory passing preflight, and its gate thresholds
+staying equal to validate/configs/reference.yml. (Syntax checks with both inventories, yamllint and
+ansible-lint's production profile are the lint stage of scripts/test.sh: one place, run once.)"""
 
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
-from roles_testlib import BIN, REPO, ansible_env, ansible_playbook, load_yaml
+from roles_testlib import BIN, REPO, ansible_playbook, load_yaml
 
-TARGETS = ["roles", "playbooks", "inventory", "deploy.yml"]
 DEMO_VAULT_PASSWORD = "example-only-change-me"  # documented in inventory/example/group_vars/all/vault.yml
-
-
-@pytest.mark.parametrize("inventory", ["inventory/local/hosts.yml", "inventory/example"])
-def test_syntax_check(inventory: str) -> None:
-    run = ansible_playbook("-i", inventory, "deploy.yml", "--syntax-check")
-    assert run.rc == 0, run.out
-
-
-@pytest.mark.slow
-def test_ansible_lint_production_profile() -> None:
-    proc = subprocess.run(
-        [str(BIN / "ansible-lint"), "--profile", "production", "-f", "pep8", "roles", "playbooks", "deploy.yml"],
-        cwd=REPO,
-        env={**ansible_env(), "NO_COLOR": "1"},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_yamllint() -> None:
-    proc = subprocess.run(
-        [str(BIN / "yamllint"), "-s", *TARGETS],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _example_preflight(tmp_path: Path, *extra: str):

@@ -537,3 +537,15 @@ def test_a_server_that_dies_in_the_single_stream_is_named_there(engines, tmp_pat
         "logs: no --log file given",
     ]
     assert any(x.startswith("FAILED /health after the failed single-stream request: ") for x in said)
+
+
+def test_a_docker_log_entry_is_fetched_next_to_the_report_since_the_gate_start(tmp_path, monkeypatch):
+    argv = stub_docker(tmp_path, monkeypatch, f"printf '%s\\n' '{CRASH}'")
+    cfg = {**TINY, "readiness": {"timeout_s": 0.3, "interval_s": 0.1, "request_timeout_s": 0.1}}
+    report, _ = _gate("http://127.0.0.1:9", tmp_path / "rep", cfg, logs=["docker:srv"])
+    fetched = tmp_path / "rep" / "container-srv.log"
+    assert report["phases"]["logs"]["files"] == [str(fetched)] and fetched.read_text() == CRASH + "\n"
+    words = argv.read_text().split("\n")
+    assert words[:2] == ["logs", "--since"] and words[3] == "srv"
+    assert words[2].startswith(report["started_at"][:19])  # the gate's own start, to the second and finer
+    assert "logs.crash_signatures" in report["failed_checks"]
