@@ -69,7 +69,9 @@ run_pytest() {
   # its own container, volume, image-tag and port names, so two files can share the daemon; a
   # rollout there mostly waits on Ansible's task round trips, which leaves a core free for the other.
   # The slowest tests of each stage are listed.
-  local suites=(tests/validate tests/testengine tests/images tests/roles tests/benchmarks)
+  # tests/benchmarks first: xdist hands out files in this order, and its client-overhead smoke
+  # (about 150 s, mostly waiting on pip and the modelled engine) must not be the last to start.
+  local suites=(tests/benchmarks tests/validate tests/testengine tests/images tests/roles)
   banner "pytest: not docker (2 workers)"
   pytest_or_fail -n 2 --dist loadfile -m "not docker" --durations=8 "${suites[@]}"
   if [ "$stage" = all ]; then start_instance_build; fi
@@ -77,29 +79,49 @@ run_pytest() {
   pytest_or_fail -n 2 --dist loadfile -m docker --durations=8 "${suites[@]}"
 }
 
+# Scenarios that run in the background beside another (each on its own network and names):
+# `hosts` (apt on two fresh hosts, mostly waiting on the mirror; no server containers) beside
+# `default`, and `upgrade` (one host) beside `fleet`; a fleet rollout mostly waits on Ansible's
+# SSH round trips, which leaves a core free. Their logs: build/molecule/<scenario>.log.
+declare -A bg_pids=()
+molecule_bg() {
+  banner "molecule test -s $1 (in the background; log: build/molecule/$1.log)"
+  molecule test -s "$1" > "build/molecule/$1.log" 2>&1 &
+  bg_pids[$1]=$!
+  trap 'kill "${bg_pids[@]}" 2>/dev/null || true' EXIT
+}
+molecule_wait() {
+  banner "molecule: waiting for $1"
+  if ! wait "${bg_pids[$1]}"; then
+    cat "build/molecule/$1.log"
+    echo "molecule test -s $1 failed (log above)" >&2
+    exit 1
+  fi
+  unset "bg_pids[$1]"
+  tail -n 30 "build/molecule/$1.log"
+  banner "molecule test -s $1 passed"
+}
+
 run_molecule() {
   wait_instance_build
-  # `hosts` (apt on two fresh hosts: mostly waiting on the mirror; its own network, no server
-  # containers) runs beside the others; the rest share the machine's daemon, ports and CPU: one at a time.
   mkdir -p build/molecule
-  banner "molecule test -s hosts (beside the others; log: build/molecule/hosts.log)"
-  molecule test -s hosts > build/molecule/hosts.log 2>&1 &
-  hosts_pid=$!
-  trap 'kill "$hosts_pid" 2>/dev/null || true' EXIT
+  local lanes=(hosts default upgrade fleet) scenario
+  molecule_bg hosts
+  banner "molecule test -s default"
+  molecule test -s default
+  molecule_bg upgrade
+  banner "molecule test -s fleet"
+  molecule test -s fleet
+  molecule_wait hosts
+  molecule_wait upgrade
+  trap - EXIT
+  # a scenario added later runs here, alone, until it is given a lane above
   for config in molecule/*/molecule.yml; do
     scenario=$(basename "$(dirname "$config")")
-    [ "$scenario" = hosts ] && continue
+    [[ " ${lanes[*]} " == *" $scenario "* ]] && continue
     banner "molecule test -s $scenario"
     molecule test -s "$scenario"
   done
-  banner "molecule: waiting for hosts"
-  if ! wait "$hosts_pid"; then
-    cat build/molecule/hosts.log
-    echo "molecule test -s hosts failed (log above)" >&2
-    exit 1
-  fi
-  trap - EXIT
-  tail -n 30 build/molecule/hosts.log
 }
 
 case "$stage" in

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from _gate_helpers import REPO
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.network
