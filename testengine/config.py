@@ -77,7 +77,22 @@ _BOOL_FLAGS: list[str] = [
 # Aliases SGLang accepts for the same field.
 _ALIASES: dict[str, str] = {"--tp": "--tp-size", "--dp": "--dp-size", "--model": "--model-path"}
 
-FAULT_NAMES = ("crash_above", "hang_above", "hang", "slow_single", "nan", "error_rate", "log_signature")
+FAULT_NAMES = (
+    "crash_above",
+    "hang_above",
+    "hang",
+    "slow_single",
+    "nan",
+    "error_rate",
+    "log_signature",
+    "degenerate",
+    "sampled_error",
+    "usage_inflate",
+    "overlong",
+    "restart_after",
+    "slow_health",
+    "stall_after",
+)
 LOG_SIGNATURE_NAMES = ("cuda", "nccl", "oom", "nan", "page_table")
 
 
@@ -91,10 +106,29 @@ class Faults:
     nan: bool = False
     error_rate: float = 0.0
     log_signature: str | None = None
+    degenerate: bool = False
+    sampled_error: bool = False
+    usage_inflate: float | None = None
+    overlong: int | None = None
+    restart_after: int | None = None
+    slow_health_s: float | None = None
+    stall_after: int | None = None
 
     def describe(self) -> list[str]:
         """Human list of active faults, reported in /get_server_info."""
-        out = []
+        out = [
+            text
+            for on, text in (
+                (self.degenerate, "degenerate"),
+                (self.sampled_error, "sampled_error"),
+                (self.usage_inflate is not None, f"usage_inflate:{self.usage_inflate:g}" if self.usage_inflate else ""),
+                (self.overlong is not None, f"overlong:{self.overlong}"),
+                (self.restart_after is not None, f"restart_after:{self.restart_after}"),
+                (self.slow_health_s is not None, f"slow_health:{self.slow_health_s:g}" if self.slow_health_s else ""),
+                (self.stall_after is not None, f"stall_after:{self.stall_after}"),
+            )
+            if on
+        ]
         if self.crash_above is not None:
             out.append(f"crash_above:{self.crash_above}")
         if self.hang_above is not None:
@@ -124,6 +158,7 @@ class Knobs:
     arch: str = "120a"
     instant: bool = False
     seed: int = 0
+    weights_seed: int = 0  # "other weights": other greedy tokens and lower log-probabilities (answers check)
     default_max_running: int = 256
 
 
@@ -166,6 +201,20 @@ def parse_faults(spec: str) -> Faults:
             elif name == "error_rate":
                 values["error_rate"] = float(arg)
                 if not 0.0 <= values["error_rate"] <= 1.0:
+                    raise ValueError
+            elif name in ("degenerate", "sampled_error"):
+                values[name] = True
+            elif name == "usage_inflate":
+                values["usage_inflate"] = float(arg)
+                if values["usage_inflate"] <= 0:
+                    raise ValueError
+            elif name in ("overlong", "restart_after", "stall_after"):
+                values[name] = int(arg)
+                if values[name] < 0:
+                    raise ValueError
+            elif name == "slow_health":
+                values["slow_health_s"] = float(arg)
+                if values["slow_health_s"] < 0:
                     raise ValueError
             elif name == "log_signature":
                 if arg not in LOG_SIGNATURE_NAMES:
@@ -216,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--engine-arch", default=None)
     g.add_argument("--engine-instant", action="store_true", default=None, help="answer at once (benchmarks)")
     g.add_argument("--engine-seed", type=int, default=None)
+    g.add_argument("--engine-weights-seed", type=int, default=None, help="other made-up weights (0 = the default)")
     g.add_argument("--engine-fault", default=None, help="comma list: crash_above:N,hang_above:N,slow_single:TOKS,...")
     return p
 
@@ -246,6 +296,7 @@ def parse_args(argv: list[str]) -> EngineConfig:
         arch=pick("arch", str),
         instant=bool(pick("instant", bool)),
         seed=pick("seed", int),
+        weights_seed=pick("weights_seed", int),
     )
     for name in ("prefill_tok_s",):
         if getattr(knobs, name) <= 0:

@@ -43,9 +43,20 @@ def token_text(i: int, counting: bool) -> str:
     return f"{i + 1}, " if counting else _WORDS[i % len(_WORDS)]
 
 
-def token_id(i: int) -> int:
+def token_id(i: int, weights_seed: int = 0) -> int:
     """Id of output token ``i`` in ``output_ids`` (made up, below any vocabulary size)."""
-    return 1000 + i % 1000
+    return 1000 + (i + 7 * weights_seed) % 1000
+
+
+def text_ids(text: str) -> list[int]:
+    """No tokenizer here: one made-up id per four characters (as _approx_tokens counts them)."""
+    return [sum(map(ord, text[i : i + 4])) % 32000 for i in range(0, max(len(text) - len(text) % 4, 4), 4)]
+
+
+def logprob(prev: int, tok: int, weights_seed: int) -> float:
+    """The made-up model's log-probability of ``tok`` after ``prev``; other weights give every
+    token 0.3 nats less per seed step (what the reference-answers check must notice)."""
+    return -0.05 - ((prev * 31 + tok * 17) % 997) / 400.0 - 0.3 * weights_seed
 
 
 def _dumps(obj: Any) -> str:
@@ -61,6 +72,9 @@ class EngineServer:
         self.scheduler: Scheduler | None = None
         self.ready = False
         self.started_at = time.time()
+        # like SGLang: a random seed drawn at every start unless --random-seed is given
+        self.random_seed = config.server_args.get("random_seed") or random.randint(0, 1 << 30)
+        self._user_requests = 0
         self.faults = config.faults
         self._rng = random.Random(config.knobs.seed)
         self._active = 0  # user generation requests in flight (instant mode has no scheduler)
@@ -131,12 +145,37 @@ class EngineServer:
     async def _hang_forever(self) -> None:
         await asyncio.Event().wait()
 
-    async def _admit_user_request(self) -> web.Response | None:
+    async def _restart(self) -> None:
+        """restart_after: what a container restarted by Docker looks like from outside: a new start
+        banner in the log, a new seed and start time, a second of 503s."""
+        self.ready = False
+        self.started_at = time.time()
+        self.random_seed = random.randint(0, 1 << 30)
+        log.warning("test engine: restart_after:%s reached: simulating a restart", self.faults.restart_after)
+        log.info("INFO:     Started server process [%d] (test engine, simulated restart)", os.getpid())
+        await asyncio.sleep(1.0)
+        self.ready = True
+
+    async def _admit_user_request(self, sampled: bool = False) -> web.Response | None:
         """Apply crash/hang/error faults at arrival; returns an error response or None."""
         if self.scheduler is not None and self.scheduler.hung:
             await self._hang_forever()
         if not self.ready:
             return web.json_response({"error": "server is starting up (test engine)"}, status=503)
+        self._user_requests += 1
+        if self.faults.restart_after is not None and self._user_requests == self.faults.restart_after + 1:
+            asyncio.get_running_loop().create_task(self._restart())
+        if self.faults.sampled_error and sampled:
+            return web.json_response(
+                {
+                    "object": "error",
+                    "message": "sampling kernel not available for this GPU (test engine fault sampled_error)",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                },
+                status=500,
+            )
         active = (self.scheduler.num_user_requests if self.scheduler else 0) + self._active + 1
         f = self.faults
         if f.crash_above is not None and active > f.crash_above:
@@ -186,6 +225,8 @@ class EngineServer:
     async def health(self, request: web.Request) -> web.Response:
         if self.scheduler is None or self.scheduler.hung:
             await self._hang_forever()
+        if self.faults.slow_health_s and self.ready:
+            await asyncio.sleep(self.faults.slow_health_s)
         if not self.ready:
             return web.Response(status=503)
         assert self.scheduler is not None
@@ -207,6 +248,7 @@ class EngineServer:
             "engine": "test-engine",
             "version": VERSION_STRING,
             "startup_time": self.started_at,
+            "random_seed": self.random_seed,
             "frontend": "python",
             "internal_states": [
                 {
@@ -285,6 +327,7 @@ class EngineServer:
 
     # ----- generation core -----
     def _new_request(self, input_len: int, max_new: int, rid: str) -> GenRequest:
+        max_new += self.faults.overlong or 0
         req = GenRequest(rid=rid, input_len=max(1, input_len), max_new_tokens=max(1, max_new))
         if self.faults.nan:
             req.stop_after = 1  # SGLang's NaN detector ends the request at the bad token
@@ -296,7 +339,16 @@ class EngineServer:
         return {"type": "length", "length": req.target}
 
     def _text(self, i: int, counting: bool) -> str:
+        if self.faults.degenerate:
+            return "!"  # a broken kernel: token 0 over and over
         return "" if self.faults.nan else token_text(i, counting)
+
+    def _id(self, i: int) -> int:
+        return 0 if self.faults.degenerate else token_id(i, self.config.knobs.weights_seed)
+
+    def _claim(self, n: int) -> int:
+        """The token count the server reports (usage_inflate: more than it streamed)."""
+        return round(n * self.faults.usage_inflate) if self.faults.usage_inflate else n
 
     async def _token_batches(self, req: GenRequest) -> Any:
         """Yield (first, last) token index ranges as the scheduler produces them."""
@@ -305,6 +357,8 @@ class EngineServer:
             done = await req.progress(seen)
             yield seen, done
             seen = done
+            if self.faults.stall_after is not None and seen >= self.faults.stall_after and not req.finished:
+                await self._hang_forever()  # tokens stop, the connection stays open, /health still answers
         if self.metrics is not None:
             self.metrics.observe_request(req)
 
@@ -379,13 +433,17 @@ class EngineServer:
                 return web.json_response({"error": {"message": "input_ids must be a list of ints"}}, status=400)
             input_len, counting = len(ids), False
         elif isinstance(body.get("text"), str):
-            input_len, counting = _approx_tokens(body["text"]), "count" in body["text"].lower()
+            ids = text_ids(body["text"])
+            input_len, counting = len(ids), "count" in body["text"].lower()
         else:
             return web.json_response({"error": {"message": "Either text or input_ids should be provided."}}, status=400)
         sp = body.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens") or 128)
         stream = bool(body.get("stream"))
-        err = await self._admit_user_request()
+        logprobs = bool(body.get("return_logprob"))
+        start = int(body.get("logprob_start_len") or 0)
+        seed = self.config.knobs.weights_seed
+        err = await self._admit_user_request(sampled=float(sp.get("temperature") or 0) > 0)
         if err is not None:
             return err
         if stream and self._queue_full():
@@ -412,7 +470,7 @@ class EngineServer:
                 "prefill_finished_time": wall + (req.first_token_at or req.arrival),
                 "queue_time": 0.0002,
                 "reasoning_tokens": 0,
-                "completion_tokens": n,
+                "completion_tokens": self._claim(n),
                 "cached_tokens": 0,
                 "cached_tokens_details": None,
                 "dp_rank": None,
@@ -432,9 +490,17 @@ class EngineServer:
                 )
             elif n == 1:
                 meta["response_sent_to_client_ts"] = time.time()
+            out_ids = [self._id(i) for i in range(n)]
+            if logprobs:  # SGLang's [logprob, token id, text] entries; the sequence's first token has none
+                meta["input_token_logprobs"] = [
+                    [None if j == 0 else logprob(ids[j - 1], ids[j], seed), ids[j], None]
+                    for j in range(start, len(ids))
+                ]
+                prev = [ids[-1], *out_ids]
+                meta["output_token_logprobs"] = [[logprob(prev[k], t, seed), t, None] for k, t in enumerate(out_ids)]
             return {
                 "text": "".join(self._text(i, counting) for i in range(n)),
-                "output_ids": [token_id(i) for i in range(n)],
+                "output_ids": out_ids,
                 "meta_info": meta,
             }
 
@@ -445,7 +511,7 @@ class EngineServer:
                 whole=lambda: obj(req, req.target),
             )
 
-        key = ("generate", input_len, max_new, stream, counting)
+        key = ("generate", input_len, max_new, stream, counting, logprobs)
         return await self._serve(request, key, stream, input_len, max_new, body.get("rid") or uuid.uuid4().hex, build)
 
     # ----- OpenAI routes -----
@@ -471,7 +537,7 @@ class EngineServer:
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         model = body.get("model") or self.config.model_name
-        err = await self._admit_user_request()
+        err = await self._admit_user_request(sampled=float(body.get("temperature") or 0) > 0)
         if err is not None:
             return err
         if stream and self._queue_full():
@@ -504,7 +570,7 @@ class EngineServer:
 
             def tail() -> bytes:
                 # SGLang dumps the usage chunk with exclude_none.
-                usage = _sse(base([], usage=_usage(input_len, req.target, exclude_none=True)))
+                usage = _sse(base([], usage=_usage(input_len, self._claim(req.target), exclude_none=True)))
                 return (usage if include_usage else b"") + _DONE
 
             def whole() -> dict[str, Any]:
@@ -534,7 +600,7 @@ class EngineServer:
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         model = body.get("model") or self.config.model_name
-        err = await self._admit_user_request()
+        err = await self._admit_user_request(sampled=float(body.get("temperature") or 0) > 0)
         if err is not None:
             return err
         if stream and self._queue_full():
@@ -573,8 +639,9 @@ class EngineServer:
 
             def tail() -> bytes:
                 finish = chunk({"reasoning_content": None}, self._finish_reason(req))
+                claim = self._claim(req.target)
                 usage = _sse(
-                    base("chat.completion.chunk", [], _usage(input_len, req.target, n_reason, completion_details=False))
+                    base("chat.completion.chunk", [], _usage(input_len, claim, n_reason, completion_details=False))
                 )
                 return finish + (usage if include_usage else b"") + _DONE
 

@@ -45,6 +45,7 @@ class Reference(BaseModel):
     started_at: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
     how: str = ""
+    answers: dict[str, Any] | None = None  # the group's reference answers (validate/answers.py)
 
 
 class BaselineFile(BaseModel):
@@ -76,6 +77,7 @@ def reference_of(report: dict[str, Any], how: str) -> Reference:
         started_at=report.get("started_at") or "",
         labels=report.get("labels") or {},
         how=how,
+        answers=report.get("reference_answers"),
     )
 
 
@@ -129,6 +131,22 @@ def record(path: str | Path, report: dict[str, Any], promote: bool) -> tuple[boo
             if not promote:
                 return False, f"baseline not written: the existing file is unusable ({exc}); promote explicitly"
             current = None
+        if (
+            current is not None
+            and not promote
+            and current.reference.answers is None
+            and report.get("reference_answers")
+        ):
+            # a reference from before the answers check: keep its figures, add this gate's answers
+            current.reference.answers = report["reference_answers"]
+            doc = {
+                "schema": SCHEMA,
+                "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "reference": current.reference.model_dump(),
+                "history": [h.model_dump() for h in current.history],
+            }
+            write_json_atomic(p, doc)
+            return True, f"baseline kept, the group's reference answers added: {p}"
         if current is not None and not promote:
             return False, (
                 f"baseline kept: the group's reference is from {current.reference.started_at or 'an earlier gate'} "

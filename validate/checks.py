@@ -7,13 +7,15 @@ with ``op``; its message is what the operator reads (``FAILED ...`` when it fail
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
 from .config import GateConfig
 from .logscan import LogScanResult
-from .metrics import KEY_METRICS, RequestResult
-from .phases import Health, Readiness, SingleStream, StabilityStep, Throughput
+from .metrics import KEY_METRICS, ROBUST_RUNS, RequestResult
+from .phases import Health, Identity, ProbeResult, Readiness, SingleStream, StabilityStep, Throughput, Warmup
+from .userregex import compile_user_regex
 
 
 @dataclass
@@ -143,13 +145,14 @@ def spread(tp: Throughput, cfg: GateConfig) -> Check | None:
     gated = _gated_load_metrics(cfg)
     if not gated:
         return None
-    worst = max(gated, key=lambda k: spreads[k].spread or 0.0)
+    worst = max(gated, key=lambda k: spreads[k].judged or 0.0)
     w = spreads[worst]
-    value = w.spread or 0.0
+    value = w.judged or 0.0
     ok = value <= limit
     unit = KEY_METRICS[worst][1]
+    which = "spread" if w.n < ROBUST_RUNS else "spread of the middle half"
     text = (
-        f"measurement stability over {len(tp.runs)} runs: {worst} spread {value:.1%} "
+        f"measurement stability over {len(tp.runs)} runs: {worst} {which} {value:.1%} "
         f"(min {fmt(w.min)} / median {fmt(w.median)} / max {fmt(w.max)} {unit}; allowed {limit:.0%})"
     )
     if not ok:
@@ -222,6 +225,112 @@ def throughput(tp: Throughput, cfg: GateConfig) -> list[Check]:
         ),
     ]
     return [c for c in out if c is not None]
+
+
+def spread_settled(runs: list[Any], cfg: GateConfig) -> bool:
+    """Whether the throughput runs so far agree well enough to stop repeating (the phase asks this)."""
+    from .phases import Throughput  # the phase's own type, for the judge's one rule
+
+    c = spread(Throughput(runs, cfg.throughput.timeout_s), cfg)
+    return c is None or c.passed
+
+
+def warmups(tp: Throughput) -> Check | None:
+    """The load's warm-up requests are untimed, never unjudged: one that fails fails the gate."""
+    bad = [r for r in tp.warmup if not r.success]
+    if not tp.warmup:
+        return None
+    n = len(tp.warmup)
+    if not bad:
+        return Check("throughput.warmup", True, 0, 0, "requests", f"{n} warm-up request(s) answered", "<=")
+    text = f"FAILED {len(bad)} of {n} warm-up requests failed ({bad[0].failure}): {bad[0].error}"
+    return Check("throughput.warmup", False, len(bad), 0, "requests", text, "<=")
+
+
+def sampler_warmup(w: Warmup) -> Check:
+    """The first sampled request: a sampling kernel missing for the GPU fails exactly this kind."""
+    r = w.request
+    if r.success:
+        return Check(
+            "sampler_warmup.request", True, w.seconds, None, "s", f"sampled warm-up answered in {w.seconds:g}s"
+        )
+    text = f"FAILED the sampled warm-up request failed ({r.failure}): {r.error}"
+    return Check("sampler_warmup.request", False, r.failure, "success", "", text)
+
+
+def health_latency(healths: list[Health], limit_s: float) -> Check | None:
+    """/health after ready must answer within readiness.max_health_latency_s (SGLang's is a 1-token step)."""
+    answered = [h for h in healths if h.healthy]
+    if not answered:
+        return None
+    slow = max(answered, key=lambda h: h.seconds)
+    ok = slow.seconds <= limit_s
+    text = f"slowest /health answer {slow.seconds:.2f}s ({slow.when}; allowed {limit_s:g}s: max_health_latency_s)"
+    return Check("server.health_latency", ok, slow.seconds, limit_s, "s", _msg(ok, text), "<=")
+
+
+def model(expected: str | None, names: list[str]) -> Check:
+    """The server serves the model that was deployed (config ``model`` / --model)."""
+    if expected is None:
+        text = f"serves {', '.join(names) or 'no name'} (no expected model given: not checked)"
+        return Check("server.model", True, ", ".join(names), None, "", text)
+    ok = expected in names
+    text = f"expected model {expected!r}; the server names {', '.join(repr(n) for n in names) or 'nothing'}"
+    return Check("server.model", ok, ", ".join(names), expected, "", _msg(ok, text), "in")
+
+
+def restarted(ids: list[Identity], log_restarts: list[str]) -> Check | None:
+    """Any change of the server's identity between two reads, or a start banner in the gate's
+    window of the log: it restarted (Docker's restart policy hides a crash that way)."""
+    if log_restarts:
+        text = "FAILED the server restarted during the gate: its log shows a new start: " + "; ".join(log_restarts)
+        return Check("server.restarted", False, "restarted", "same process", "", text[:1000])
+    if len(ids) < 2:
+        return None
+    first = ids[0]
+    for before, after in itertools.pairwise(ids):
+        changed = [
+            f"{k} {before.facts.get(k)!r} -> {after.facts.get(k)!r}"
+            for k in sorted(set(before.facts) | set(after.facts))
+            if k != "docker_error" and before.facts.get(k) != after.facts.get(k) and after.facts
+        ]
+        if changed:
+            text = f"FAILED the server restarted between '{before.when}' and '{after.when}': " + "; ".join(changed)
+            return Check("server.restarted", False, "restarted", "same process", "", text[:1000])
+    text = (
+        f"same server process from '{first.when}' to '{ids[-1].when}' ({', '.join(sorted(first.facts)) or 'no facts'})"
+    )
+    return Check("server.restarted", True, "same process", "same process", "", text)
+
+
+def probes(results: list[ProbeResult], cfg: GateConfig) -> list[Check]:
+    """Each user probe's answer contains its ``expect`` substring or matches its ``expect_regex``."""
+    out = []
+    for res in results:
+        p = cfg.answers.probes[res.index - 1]
+        name = f"answers.probe_{res.index}"
+        r = res.request
+        want = f"contains {p.expect!r}" if p.expect is not None else f"matches /{p.expect_regex}/"
+        if not r.success:
+            out.append(
+                Check(
+                    name,
+                    False,
+                    r.failure,
+                    want,
+                    "",
+                    f"FAILED probe {res.index}: request failed ({r.failure}): {r.error}",
+                )
+            )
+            continue
+        if p.expect is not None:
+            ok = p.expect in r.text
+        else:
+            ok = compile_user_regex(p.expect_regex or "").search(r.text) is not None
+        shown = r.text[:120].replace("\n", " ")
+        text = f"probe {res.index} ({res.prompt[:60]!r}): the answer {'' if ok else 'does not '}{want}: {shown!r}"
+        out.append(Check(name, ok, shown, want, "", _msg(ok, text)))
+    return out
 
 
 def stability_step(st: StabilityStep, cfg: GateConfig) -> Check:

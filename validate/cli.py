@@ -18,6 +18,8 @@ import asyncio
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--patch-record", help="the image's patches.json, copied into the report")
     g.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="free label (repeatable)")
     g.add_argument("--api-key-file", metavar="FILE", help="read the server's API key from this file (one line)")
+    g.add_argument("--model", help="the served model name the gate expects (overrides the config's `model`)")
     f = sub.add_parser(
         "finalize", help="add the server's log of the gate window to a finished report and judge it again"
     )
@@ -157,14 +160,58 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_logs(logs: list[str]) -> None:
+    """Every log must be readable now, before any load: a missing container is a usage error, not a
+    failed scan after an hour of measuring."""
     for log in logs:
         if log.startswith("docker:"):
-            if not log[len("docker:") :].strip():
+            name = log[len("docker:") :].strip()
+            if not name:
                 raise ConfigError("--log: docker:NAME needs a container name (got 'docker:')")
             if not shutil.which("docker"):
                 raise ConfigError(f"--log {log}: the docker CLI is not installed here")
-        elif not Path(log).is_file():
-            raise ConfigError(f"--log: file not found: {log} (or use docker:CONTAINER)")
+            try:
+                proc = subprocess.run(
+                    ["docker", "inspect", "--format", "{{.State.Status}}", name],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ConfigError(f"--log {log}: docker inspect failed: {exc}") from None
+            if proc.returncode != 0:
+                raise ConfigError(f"--log {log}: no such container ({(proc.stdout + proc.stderr).strip()[:200]})")
+            continue
+        try:
+            with open(log, "rb") as f:
+                f.read(1)
+        except IsADirectoryError:
+            raise ConfigError(f"--log: {log} is a folder, not a file (or use docker:CONTAINER)") from None
+        except FileNotFoundError:
+            raise ConfigError(f"--log: file not found: {log} (or use docker:CONTAINER)") from None
+        except OSError as exc:
+            raise ConfigError(f"--log: cannot read {log}: {exc.strerror or exc}") from None
+
+
+def _check_report_dir(path: str) -> None:
+    """The report folder must take a file now: an unwritable one found after the load loses the report."""
+    d = Path(path)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / f".gate-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--report: cannot write into {path}: {exc.strerror or exc}") from None
+
+
+def _check_host(url: str) -> None:
+    """The URL's host must resolve (a refused connection is fine: the server may still be starting)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"--url: cannot resolve host {host!r}: {exc}") from None
 
 
 def _check_baseline_flags(args: argparse.Namespace) -> None:
@@ -183,10 +230,10 @@ def _gate_options(args: argparse.Namespace) -> Any:
     _check_logs(args.log)
     patch = _patch_record(args.patch_record) if args.patch_record else None
     _check_baseline_flags(args)
-    try:
-        Path(args.report).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--report: cannot create {args.report}: {exc.strerror or exc}") from None
+    _check_report_dir(args.report)
+    _check_host(url)
+    if args.model is not None and not args.model.strip():
+        raise ConfigError("--model: must not be empty")
     return GateOptions(
         url=url,
         config=cfg,
@@ -196,6 +243,7 @@ def _gate_options(args: argparse.Namespace) -> Any:
         patch_record=patch,
         labels=labels,
         report_dir=args.report,
+        model=args.model,
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from .answers import AnswerRule, degenerate
 from .metrics import RequestResult
 from .sse import EventTooLarge, SSEDecoder
 
@@ -116,13 +117,18 @@ def _network_failure(exc: BaseException) -> str:
     return "cut_stream"
 
 
-def generate_body(input_ids: list[int], output_len: int) -> bytes:
-    """The /generate request bench_serving's sglang backend sends, JSON-encoded once up front."""
-    payload = {
-        "input_ids": input_ids,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True},
-        "stream": True,
-    }
+GREEDY: dict[str, float | int] = {"temperature": 0.0}
+MAX_KEPT_TEXT = 16 * 1024  # an answer kept for the probes and the report (the rules read the whole stream)
+
+
+def generate_body(input_ids: list[int], output_len: int, sampling: dict[str, float | int] | None = None) -> bytes:
+    """The /generate request bench_serving's sglang backend sends, JSON-encoded once up front.
+
+    ``sampling``: temperature/top_p/top_k (the config's ``sampling``: production samples, and a
+    sampling kernel missing for the GPU's arch fails only sampled requests); greedy when None.
+    """
+    params = {**(sampling or GREEDY), "max_new_tokens": output_len, "ignore_eos": True}
+    payload = {"input_ids": input_ids, "sampling_params": params, "stream": True}
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
@@ -185,11 +191,22 @@ async def _post_stream(
     return True
 
 
-def _judge_finish(out: RequestResult, tokens: int, want: int | None, normal: tuple[str, ...]) -> None:
+def _judge_finish(
+    out: RequestResult,
+    tokens: int,
+    want: int | None,
+    most: int,
+    normal: tuple[str, ...],
+    answer: str,
+    plausible: tuple[int, int],
+) -> None:
     """Set success, or the failure reason, of a stream that ended with [DONE].
 
-    ``want``: the exact token count asked for (``ignore_eos``), or None when the model
-    may stop early. ``normal``: the finish_reason types that end a request normally.
+    ``tokens``: the request's token count; ``want``: the exact count asked for (``ignore_eos``),
+    or None when the model may stop early; ``most``: max_new_tokens / max_tokens. ``normal``:
+    the finish_reason types that end a request normally. ``answer``: why the text is
+    degenerate (validate/answers.py), or "". ``plausible``: the (low, high) token counts the
+    stream itself allows; a server claim (meta_info / usage) outside it is a failure.
     """
     fr = out.finish_reason or {}
     kind = fr.get("type")
@@ -204,39 +221,56 @@ def _judge_finish(out: RequestResult, tokens: int, want: int | None, normal: tup
         out.fail("nan", f"NaN in the logits: finish_reason {fr}")
     elif kind not in normal:
         out.fail("bad_finish", f"finish_reason {fr or 'missing'} (expected {' or '.join(normal)})")
+    elif tokens > most:
+        out.fail("overlong", f"streamed {tokens} tokens, more than the {most} asked for")
     elif tokens == 0 or (want is not None and tokens < want):
         out.fail(
             "short", f"returned {tokens} of {want if want is not None else 'at least 1'} tokens (finish_reason {kind})"
         )
+    elif out.claimed_tokens is not None and not plausible[0] <= out.claimed_tokens <= plausible[1]:
+        lo, hi = plausible
+        seen = f"streamed {lo}" if lo == hi else f"streamed pieces allow {lo}-{hi}"
+        out.fail("usage_mismatch", f"the server claims {out.claimed_tokens} tokens but {seen}")
+    elif answer:
+        out.fail("degenerate", "degenerate answer: " + answer)
     else:
         out.success = True
 
 
 async def generate_stream(
-    session: aiohttp.ClientSession, url: str, body: bytes, prompt_len: int, output_len: int
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    prompt_len: int,
+    output_len: int,
+    rule: AnswerRule | None = None,
+    keep_text: bool = False,
 ) -> RequestResult:
     """One streamed ``/generate`` request (``body`` from :func:`generate_body`, ``ignore_eos``).
 
     Timed as bench_serving's sglang backend times it: TTFT at the first chunk with
-    text, then per chunk n = new completion_tokens gaps of (chunk gap / n). Succeeds
-    only with finish_reason ``length`` and exactly ``output_len`` tokens: with
-    ignore_eos a ``stop``, an ``abort`` or fewer tokens is a failure.
+    text, then per chunk n = new tokens gaps of (chunk gap / n). Tokens are what was
+    streamed: SGLang's events carry the cumulative ``output_ids`` (``incremental_streaming_output``
+    off, its default), and ``meta_info.completion_tokens`` must agree with them. Succeeds only
+    with finish_reason ``length``, exactly ``output_len`` tokens and, with ``rule``, an answer
+    that is not degenerate (validate/answers.py).
     """
     out = RequestResult(prompt_len=prompt_len)
-    tokens = 0  # server-reported completion_tokens (cumulative), else events seen
-    reported = False
+    ids: list[int] | None = None  # the streamed output_ids (cumulative), when the server sends them
+    text = ""
+    claimed: int | None = None
     events = 0
     last_len = 0
     recent = 0.0
 
     def handle(now: float, payloads: list[bytes]) -> None:
-        nonlocal tokens, reported, events, last_len, recent
+        nonlocal ids, text, claimed, events, last_len, recent
         events += len(payloads)
         # Until the first token every event is read (the first non-empty text sets
-        # TTFT). After it only the newest event of each read is parsed:
-        # completion_tokens is cumulative and events that came in one read share
-        # its arrival time, so the token count and the time gap are the same as
-        # event-by-event parsing gives; this is what keeps the client cheap.
+        # TTFT). After it only the newest event of each read is parsed: text, output_ids
+        # and completion_tokens are cumulative and events that came in one read share
+        # its arrival time, so the counts and the time gap are the same as event-by-event
+        # parsing gives; this is what keeps the client cheap.
         todo = payloads[-1:]
         if out.ttft == 0.0:
             first = next((i for i, p in enumerate(payloads) if _has_text(p)), len(payloads) - 1)
@@ -247,15 +281,18 @@ async def generate_stream(
             if meta.get("finish_reason"):
                 out.finish_reason = meta["finish_reason"]
             if meta.get("completion_tokens") is not None:
-                tokens, reported = int(meta["completion_tokens"]), True
+                claimed = int(meta["completion_tokens"])
+            if isinstance(d.get("output_ids"), list):
+                ids = d["output_ids"]
             if d.get("text"):
-                out.text_chars = len(d["text"])
-                seen = tokens if reported else events
+                text = d["text"]
+                out.text_chars = len(text)
+                seen = len(ids) if ids is not None else (claimed if claimed is not None else events)
                 if out.ttft == 0.0:
                     out.ttft = now - out.start_time
                 else:
                     n = seen - last_len
-                    if n == 0:
+                    if n <= 0:
                         continue
                     gap = (now - recent) / n
                     out.itl.extend([gap] * n)
@@ -263,34 +300,50 @@ async def generate_stream(
                 last_len = seen
 
     if await _post_stream(session, url, body, out, handle):
-        _judge_finish(out, tokens if reported else events, output_len, ("length",))
+        tokens = len(ids) if ids is not None else (claimed if claimed is not None else events)
+        out.claimed_tokens = claimed if ids is not None else None
+        if keep_text:
+            out.text = text[:MAX_KEPT_TEXT]
+        why = degenerate(rule, tokens, text, ids) if rule else ""
+        _judge_finish(out, tokens, output_len, output_len, ("length",), why, (tokens, tokens))
     return out
 
 
 async def chat_stream(
-    session: aiohttp.ClientSession, url: str, model: str, prompt: str, max_tokens: int
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    sampling: dict[str, float | int] | None = None,
+    rule: AnswerRule | None = None,
+    stream_interval: int = 1,
 ) -> RequestResult:
-    """One streamed ``/v1/chat/completions`` request; tokens from usage, else non-empty chunks.
+    """One streamed ``/v1/chat/completions`` request; tokens from usage, checked against the stream.
 
     ``reasoning_content`` deltas count like ``content`` (GLM-5 streams its thinking
     there). The model may stop early (no ignore_eos): ``stop`` and ``length`` are both
-    normal; zero tokens, an error event or an abort are failures.
+    normal; zero tokens, an error event or an abort are failures. The chat route streams
+    text pieces, not ids: each non-empty piece holds 1 to ``stream_interval`` tokens (SGLang's
+    ``--stream-interval``, from the server info), plus a few tokens with no text of their own
+    (special tokens, a UTF-8 sequence split over tokens), so a usage claim outside
+    [pieces, 2 x pieces x stream_interval + 8] is a ``usage_mismatch`` (a 4x claim fails).
     """
     payload = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
-        "temperature": 0.0,
+        **(sampling or GREEDY),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
     out = RequestResult(prompt_len=0)
-    chunks = 0
+    pieces: list[str] = []
     usage_tokens: int | None = None
     recent = 0.0
 
     def handle(now: float, payloads: list[bytes]) -> None:
-        nonlocal chunks, usage_tokens, recent
+        nonlocal usage_tokens, recent
         for p in payloads:
             d = json.loads(p)
             usage = d.get("usage")
@@ -303,8 +356,8 @@ async def chat_stream(
                 if ch.get("finish_reason"):
                     out.finish_reason = {"type": ch["finish_reason"], "matched": ch.get("matched_stop")}
                 if piece:
+                    pieces.append(piece)
                     out.text_chars += len(piece)
-                    chunks += 1
                     if out.ttft == 0.0:
                         out.ttft = now - out.start_time
                     else:
@@ -312,7 +365,14 @@ async def chat_stream(
                     recent = now
 
     if await _post_stream(session, url, json.dumps(payload).encode(), out, handle):
-        _judge_finish(out, usage_tokens if usage_tokens is not None else chunks, None, ("stop", "length"))
+        text = "".join(pieces)
+        out.text = text[:MAX_KEPT_TEXT]
+        out.claimed_tokens = usage_tokens
+        n = len(pieces)
+        tokens = usage_tokens if usage_tokens is not None else n
+        why = degenerate(rule, max(tokens, n), text, None, pieces) if rule else ""
+        plausible = (n, 2 * n * max(1, stream_interval) + 8)
+        _judge_finish(out, tokens, None, max_tokens, ("stop", "length"), why, plausible)
     return out
 
 

@@ -14,14 +14,26 @@ from typing import Annotated, Any, Literal
 
 import annotated_types
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .userregex import UserRegexError, compile_user_regex
 
 # Durations and thresholds must be finite: a `.inf` timeout would hang a rollout forever.
-PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PosFloat = Annotated[float, Field(gt=0, le=1_000_000_000, allow_inf_nan=False)]
 Rate = Annotated[float, Field(gt=0)]  # request_rate alone may be .inf (all at once); NaN fails gt
-PosInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+
+# Upper bounds: a typo (``input_len: 100000000``) must be refused by name, not end in a
+# MemoryError or a gate that runs for days. Each is far above any sane gate.
+MAX_TOKENS_PER_REQUEST = 131_072  # prompt or output tokens of one request (GLM-5's context is 200k)
+MAX_REQUESTS = 100_000  # requests in one run or sweep step
+MAX_CONCURRENCY = 16_384  # streams in flight (each one socket)
+MAX_TIMEOUT_S = 86_400.0  # any one deadline: a day
+MAX_PROMPT_CHARS = 100_000
+MAX_WORKLOAD_TOKENS = 64_000_000  # prompt ids held in memory for one phase (num_prompts x input_len)
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS_PER_REQUEST)]
+Requests = Annotated[int, Field(gt=0, le=MAX_REQUESTS)]
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_REQUESTS)]
 
 BaselineMetric = Literal[
     "total_token_throughput",
@@ -40,23 +52,33 @@ class _Section(BaseModel):
 
 
 class ReadinessConfig(_Section):
-    timeout_s: PosFloat = 900.0
-    interval_s: PosFloat = 5.0
-    request_timeout_s: PosFloat = 30.0
+    timeout_s: Timeout = 900.0
+    interval_s: Timeout = 5.0
+    request_timeout_s: Timeout = 30.0
+    max_health_latency_s: Timeout = 5.0
+
+
+class SamplingConfig(_Section):
+    """What the load phases send: production clients sample, so the gate does too (never greedy only)."""
+
+    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.95
+    top_k: Annotated[int, Field(ge=-1, le=100_000)] = -1  # SGLang's -1: off
 
 
 class ThroughputConfig(_Section):
     enabled: bool = True
-    num_prompts: PosInt = 256
-    input_len: PosInt = 256
-    output_len: PosInt = 128
+    num_prompts: Requests = 256
+    input_len: Tokens = 256
+    output_len: Tokens = 128
     request_rate: Rate = math.inf
-    max_concurrency: PosInt | None = None
-    seed: int = 1
-    vocab_size: PosInt = 32000
-    warmup_requests: NonNegInt = 1
-    timeout_s: PosFloat = 600.0
+    max_concurrency: Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)] | None = None
+    seed: Annotated[int, Field(ge=0, le=1_000_000_000)] = 1
+    vocab_size: Annotated[int, Field(gt=0, le=10_000_000)] = 32000
+    warmup_requests: Annotated[int, Field(ge=0, le=1024)] = 1
+    timeout_s: Timeout = 600.0
     repeats: Annotated[int, Field(gt=0, le=20)] = 3
+    max_repeats: Annotated[int, Field(gt=0, le=20)] = 7
     max_spread: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.10
     min_total_tok_s: PosFloat | None = None
     min_output_tok_s: PosFloat | None = None
@@ -75,45 +97,87 @@ class ThroughputConfig(_Section):
 
 class SingleStreamConfig(_Section):
     enabled: bool = True
-    prompt: str = Field(default="Count from 1 to 100", min_length=1)
-    max_tokens: PosInt = 500
-    timeout_s: PosFloat = 300.0
+    prompt: str = Field(default="Count from 1 to 100", min_length=1, max_length=MAX_PROMPT_CHARS)
+    max_tokens: Tokens = 500
+    timeout_s: Timeout = 300.0
     min_decode_tok_s: PosFloat | None = None
     max_ttft_ms: PosFloat | None = None
 
 
 class StabilityConfig(_Section):
     enabled: bool = True
-    concurrency: list[PosInt] = Field(default_factory=lambda: [256, 512, 1024], min_length=1)
-    requests_per_step: PosInt | None = None
-    input_len: PosInt = 256
-    output_len: PosInt = 128
+    concurrency: list[Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]] = Field(
+        default_factory=lambda: [256, 512, 1024], min_length=1, max_length=16
+    )
+    requests_per_step: Requests | None = None
+    input_len: Tokens = 256
+    output_len: Tokens = 128
     max_failed: NonNegInt = 0
-    step_timeout_s: PosFloat = 900.0
-    health_timeout_s: PosFloat = 30.0
+    step_timeout_s: Timeout = 900.0
+    health_timeout_s: Timeout = 30.0
 
 
 class LogSignature(_Section):
-    name: str = Field(min_length=1)
-    pattern: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=100)
+    pattern: str = Field(min_length=1, max_length=1000)
+
+
+def _user_regex(pattern: str, what: str) -> str:
+    """A user's pattern must compile in RE2 (linear time: no pattern can hang the scan)."""
+    try:
+        compile_user_regex(pattern)
+    except UserRegexError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    return pattern
 
 
 class LogsConfig(_Section):
     enabled: bool = True
-    context_lines: NonNegInt = 3
-    extra_signatures: list[LogSignature] = Field(default_factory=list)
+    context_lines: Annotated[int, Field(ge=0, le=50)] = 3
+    extra_signatures: list[LogSignature] = Field(default_factory=list, max_length=64)
 
     @field_validator("extra_signatures")
     @classmethod
     def _compile(cls, sigs: list[LogSignature]) -> list[LogSignature]:
-        import re
-
         for s in sigs:
-            try:
-                re.compile(s.pattern)
-            except re.error as exc:
-                raise ValueError(f"signature {s.name!r}: pattern is not a valid regular expression ({exc})") from None
+            _user_regex(s.pattern, f"signature {s.name!r}")
         return sigs
+
+
+class Probe(_Section):
+    """A prompt whose answer must contain ``expect`` (substring) or match ``expect_regex`` (RE2)."""
+
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    expect: str | None = Field(default=None, min_length=1)
+    expect_regex: str | None = Field(default=None, min_length=1, max_length=1000)
+    max_tokens: Annotated[int, Field(gt=0, le=4096)] = 64
+
+    @model_validator(mode="after")
+    def _one_expectation(self) -> Probe:
+        if (self.expect is None) == (self.expect_regex is None):
+            raise ValueError("give exactly one of expect (a substring) or expect_regex (an RE2 pattern)")
+        if self.expect_regex is not None:
+            _user_regex(self.expect_regex, "expect_regex")
+        return self
+
+
+class ReferenceConfig(_Section):
+    """The group's reference answers (validate/answers.py): recorded once, scored on every later gate."""
+
+    enabled: bool = True
+    max_new_tokens: Annotated[int, Field(gt=0, le=512)] = 32
+    tolerance: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.1
+    timeout_s: Timeout = 120.0
+
+
+class AnswersConfig(_Section):
+    """What counts as an answer at all (validate/answers.py), in every phase."""
+
+    enabled: bool = True
+    min_tokens: Annotated[int, Field(gt=1, le=MAX_TOKENS_PER_REQUEST)] = 16
+    max_repeat_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.5
+    probes: list[Probe] = Field(default_factory=list, max_length=32)
+    reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
 
 
 class BaselineConfig(_Section):
@@ -130,13 +194,33 @@ class BaselineConfig(_Section):
 class GateConfig(_Section):
     """The whole gate.yml."""
 
-    progress_interval_s: PosFloat = 10.0
+    model: str | None = Field(default=None, min_length=1, max_length=1000)
+    deadline_s: Timeout = 3300.0
+    progress_interval_s: Timeout = 10.0
     readiness: ReadinessConfig = Field(default_factory=ReadinessConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    answers: AnswersConfig = Field(default_factory=AnswersConfig)
     throughput: ThroughputConfig = Field(default_factory=ThroughputConfig)
     single_stream: SingleStreamConfig = Field(default_factory=SingleStreamConfig)
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
     logs: LogsConfig = Field(default_factory=LogsConfig)
     baseline: BaselineConfig = Field(default_factory=BaselineConfig)
+
+    @model_validator(mode="after")
+    def _workload_fits(self) -> GateConfig:
+        tp, st = self.throughput, self.stability
+        if tp.max_repeats < tp.repeats:
+            raise ValueError(f"throughput.max_repeats ({tp.max_repeats}) must be >= throughput.repeats ({tp.repeats})")
+        for name, n, length in (
+            ("throughput", tp.num_prompts, tp.input_len),
+            ("stability", st.requests_per_step or max(st.concurrency), st.input_len),
+        ):
+            if n * length > MAX_WORKLOAD_TOKENS:
+                raise ValueError(
+                    f"{name}: {n} prompts x {length} tokens = {n * length:,} prompt tokens, "
+                    f"more than the {MAX_WORKLOAD_TOKENS:,} the gate holds in memory"
+                )
+        return self
 
 
 class ConfigError(Exception):
@@ -184,6 +268,11 @@ def _field_for(loc: tuple[int | str, ...]) -> tuple[Any, list[Any]]:
     return ann, meta
 
 
+def _number(v: float) -> str:
+    """A bound as the operator types it: 100,000 and 0.95, never 1e+05."""
+    return f"{int(v):,}" if float(v).is_integer() else f"{v:g}"
+
+
 def _rule(ann: Any, meta: list[Any]) -> str:
     """'must be a number > 0' from the field's type and constraints."""
     args = typing.get_args(ann)
@@ -192,21 +281,25 @@ def _rule(ann: Any, meta: list[Any]) -> str:
     base, extra = _unannotate(base)
     constraints = meta + extra
     bounds = [
-        f"{sym} {getattr(m, attr):g}"
+        f"{sym} {_number(getattr(m, attr))}"
         for m in constraints
         for attr, sym in BOUNDS
         if isinstance(m, getattr(annotated_types, attr.capitalize()))
     ]
+    most = next((m.max_length for m in constraints if isinstance(m, annotated_types.MaxLen)), None)
     if typing.get_origin(base) is Literal:
         return "must be one of: " + ", ".join(typing.get_args(base))
     if typing.get_origin(base) is list:
         item, item_meta = _unannotate(typing.get_args(base)[0])
         non_empty = any(isinstance(m, annotated_types.MinLen) and m.min_length > 0 for m in constraints)
         each = _rule(item, item_meta).removeprefix("must be ")
-        return f"must be a {'non-empty ' if non_empty else ''}list; each item {each}"
+        size = f" of at most {most} items" if most is not None else ""
+        return f"must be a {'non-empty ' if non_empty else ''}list{size}; each item {each}"
     if _model_of(base) is base:
         return "must be a mapping (keys: " + ", ".join(base.model_fields) + ")"
     text = f"must be {TYPE_WORDS[base]}" + (" " + " and ".join(bounds) if bounds else "")
+    if most is not None:
+        text += f" of at most {most:,} characters"
     return text + (" (or null)" if optional else "")
 
 
@@ -227,6 +320,9 @@ def _format_error(err: dict[str, Any]) -> str:
         rule = rule.replace("a number", "a finite number", 1)
     if etype == "string_too_short":
         rule += " (must not be empty)"
+    if etype in ("string_too_long", "too_long"):
+        got = f"{len(got):,} {'characters' if isinstance(got, str) else 'items'}" if got is not None else got
+        return f"gate config: {path}: {rule} (got {got})"
     return f"gate config: {path}: {rule} (got {got!r})"
 
 

@@ -9,6 +9,8 @@ every check passed.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -18,6 +20,7 @@ from typing import Any
 from . import __version__ as GATE_VERSION
 from . import baseline as baseline_store
 from . import checks as judge
+from .answers import judge_reference, reference_phase
 from .checks import Check
 from .client import make_session
 from .config import GateConfig
@@ -40,6 +43,7 @@ class GateOptions:
     patch_record: dict[str, Any] | None = None
     labels: dict[str, str] = field(default_factory=dict)
     report_dir: str | None = None
+    model: str | None = None  # --model: the served model the gate expects (overrides the config's)
 
 
 def key_metrics(tp: dict[str, Any] | None, ss: dict[str, Any] | None) -> dict[str, float | None]:
@@ -93,8 +97,13 @@ def compare_baseline(
     return info, checks
 
 
-def scan(logs: list[str], config: GateConfig, report_dir: str | None, since: str | None) -> LogScanResult:
-    """Scan log files; ``docker:NAME`` entries are fetched now (``--since`` the gate's start) next to the report."""
+def scan(
+    logs: list[str], config: GateConfig, report_dir: str | None, since: str | None, window: tuple[str, ...] = ()
+) -> LogScanResult:
+    """Scan log files; ``docker:NAME`` entries are fetched now (``--since`` the gate's start) next to the report.
+
+    ``window``: files that hold only the gate's window (a start banner there is a restart), besides
+    the fetched ones."""
     files: list[str] = []
     errors: list[str] = []
     for entry in logs:
@@ -109,7 +118,8 @@ def scan(logs: list[str], config: GateConfig, report_dir: str | None, since: str
         else:
             files.append(str(dest))
     lc = config.logs
-    res = scan_logs(files, {s.name: s.pattern for s in lc.extra_signatures}, lc.context_lines)
+    window = [f for f in files if f not in logs or f in window]  # fetched with --since the gate's start
+    res = scan_logs(files, {s.name: s.pattern for s in lc.extra_signatures}, lc.context_lines, window)
     res.errors = errors + res.errors
     return res
 
@@ -125,7 +135,9 @@ class Gate:
         self.checks: list[Check] = []
         self.skipped: list[str] = []
         self.m = Measurements()
-        self.down = False
+        self.down = ""  # why the phases after this point are skipped ("" while the server is fine)
+        self.phase = "start"
+        self.stopped = ""  # why the gate stopped early (deadline, signal, its own error)
         self.step_passed: dict[int, bool] = {}  # stability step number -> the judge's verdict
 
     def _add(self, *found: Check | None) -> None:
@@ -139,7 +151,25 @@ class Gate:
         self.m.health.append(h)
         c = judge.health(phase, h)
         self._add(c)
-        self.down = self.down or c is not None
+        if c is not None and not self.down:
+            self.down = "the server was down or wedged"
+
+    def _stall(self, what: str) -> None:
+        """Requests hit their deadline while /health may still answer: a stalled server; stop here."""
+        if not self.down:
+            self.down = f"the server stalled ({what})"
+
+    def _container(self) -> str | None:
+        return next((e[len(DOCKER_PREFIX) :] for e in self.o.logs if e.startswith(DOCKER_PREFIX)), None)
+
+    async def _identity(self, mm: Measurer, when: str) -> None:
+        """Read who the server is now; a change since the first read is a restart (later phases skipped)."""
+        ident = await mm.identity(when)
+        self.m.identities.append(ident)
+        first = self.m.identities[0]
+        if ident.facts and first.facts and ident.facts != first.facts and not self.down:
+            self.down = f"the server restarted (seen {when})"
+            self.say(f"the server's identity changed {when}: it restarted; the phases after this are skipped")
 
     def _open_files(self) -> None:
         c = self.c
@@ -155,47 +185,90 @@ class Gate:
 
     async def _measure(self) -> None:
         async with make_session() as session:
-            mm = Measurer(session, self.base, self.c, self.say)
+            mm = Measurer(session, self.base, self.c, self.say, self._container())
+            self.phase = "readiness"
             self.m.readiness = await mm.readiness()
             self._add(judge.readiness(self.m.readiness, self.c.readiness.timeout_s))
             if not self.m.readiness.ready:
-                self.down = True  # every phase below is listed as skipped, with this reason
+                self.down = "the server never became ready"
             else:
+                self.phase = "server info"
                 self.m.server = await mm.server_info()
                 if self.m.server.summary["engine"] == "test-engine":
                     self.say("NOTE: " + TEST_ENGINE_NOTE)
+                model_check = judge.model(self.o.model or self.c.model, self.m.server.names)
+                self._add(model_check)
+                if not model_check.passed:
+                    self.down = "the server serves another model"
+                await self._identity(mm, "after readiness")
+                self._health("readiness", await mm.health("after readiness"))
+            if not self.down:
+                self.phase = "sampler warm-up"
                 self.m.warmup = await mm.sampler_warmup()
+                self._add(judge.sampler_warmup(self.m.warmup))
                 if not self.m.warmup.ok:  # a server that hangs or dies at its first request stops the gate here
                     self._health("sampler_warmup", await mm.health("after the failed warm-up request"))
+                    if self.m.warmup.request.failure == "timeout":
+                        self._stall("the sampled warm-up request did not finish")
+            a = self.c.answers
+            off = "disabled in config"
+            idle = "no probes in the config, and the reference answers need --baseline"
             phases = [
-                ("single_stream", self.c.single_stream.enabled, self._single_stream),
-                ("throughput", self.c.throughput.enabled, self._throughput),
-                ("stability", self.c.stability.enabled, self._stability),
+                (
+                    "answers",
+                    idle if a.enabled and not (a.probes or self._reference_wanted()) else "" if a.enabled else off,
+                    self._answers,
+                ),
+                ("single_stream", "" if self.c.single_stream.enabled else off, self._single_stream),
+                ("throughput", "" if self.c.throughput.enabled else off, self._throughput),
+                ("stability", "" if self.c.stability.enabled else off, self._stability),
             ]
-            for name, enabled, fn in phases:
-                if not enabled:
-                    self.skipped.append(f"{name}: disabled in config")
-                elif self.down:
-                    self.skipped.append(f"{name}: skipped, the server was down or wedged")
-                else:
-                    try:
-                        await fn(mm)
-                    except Exception as exc:  # a gate bug in one phase: fail it, keep the report
-                        text = f"FAILED {name}: gate error {exc.__class__.__name__}: {exc}"
-                        self._add(Check(f"{name}.error", False, None, None, "", text))
+            for name, why_not, fn in phases:
+                if why_not:
+                    self.skipped.append(f"{name}: {why_not}")
+                    continue
+                if self.down:
+                    self.skipped.append(f"{name}: skipped, {self.down}")
+                    continue
+                self.phase = name
+                try:
+                    await fn(mm)
+                except Exception as exc:  # a gate bug in one phase: fail it, keep the report
+                    text = f"FAILED {name}: gate error {exc.__class__.__name__}: {exc}"
+                    self._add(Check(f"{name}.error", False, None, None, "", text))
+                await self._identity(mm, f"after {name}")
+            self.phase = "logs"
+
+    def _reference_wanted(self) -> bool:
+        return self.c.answers.reference.enabled and self.o.baseline_path is not None
+
+    async def _answers(self, mm: Measurer) -> None:
+        assert self.m.server is not None
+        if self.c.answers.probes:
+            self.m.probes = await mm.probes(self.m.server.model)
+            self._add(*judge.probes(self.m.probes, self.c))
+            if any(p.request.failure == "timeout" for p in self.m.probes):
+                self._stall("a probe did not finish")
+        if self._reference_wanted() and not self.down:
+            self.m.reference = await reference_phase(mm, self.o.baseline_path)
+            self._add(judge_reference(self.m.reference, self.c))
 
     async def _single_stream(self, mm: Measurer) -> None:
         assert self.m.server is not None  # phases run only after readiness, which read the server info
         ss = self.m.single_stream = await mm.single_stream(self.m.server.model)
         self._add(*judge.single_stream(ss, self.c))
-        if not ss.request.success:
-            self._health("single_stream", await mm.health("after the failed single-stream request"))
+        self._health("single_stream", await mm.health("after the single stream"))
+        if ss.request.failure == "timeout":
+            self._stall(f"the single stream did not finish within {ss.timeout_s:g}s")
 
     async def _throughput(self, mm: Measurer) -> None:
-        tp = self.m.throughput = await mm.throughput(self.m.file_limit)
-        self._add(*judge.throughput(tp, self.c))
+        tp = self.m.throughput = await mm.throughput(self.m.file_limit, lambda runs: judge.spread_settled(runs, self.c))
+        self._add(judge.warmups(tp), *judge.throughput(tp, self.c))
         if not tp.refused:
             self._health("throughput", await mm.health("after the throughput phase"))
+        stalled = sum(r.stalled for r in tp.runs)
+        if tp.timed_out:
+            self._stall(f"{stalled} throughput requests still open at the {tp.deadline_s:g}s deadline")
 
     async def _stability(self, mm: Measurer) -> None:
         conc = self.c.stability.concurrency
@@ -203,6 +276,7 @@ class Gate:
             if self.down:
                 self.m.stability.append(StabilityStep(idx, len(conc), c, 0, skipped=True))
                 continue
+            self.phase = f"stability step {idx}/{len(conc)}"
             st = await mm.stability_step(idx, len(conc), c, self.m.file_limit)
             self.m.stability.append(st)
             check = judge.stability_step(st, self.c)
@@ -211,7 +285,10 @@ class Gate:
             self.say(check.message)
             if st.health is not None:
                 self.m.health.append(st.health)
-                self.down = self.down or not st.health.healthy
+                if not st.health.healthy and not self.down:
+                    self.down = "the server was down or wedged"
+            if st.load is not None and st.load.timed_out:
+                self._stall(f"stability {st.label} hit its {st.load.deadline_s:g}s deadline")
 
     def _step_dict(self, st: StabilityStep) -> dict[str, Any]:
         """The step's measurements plus its verdict (the judge's check of that step)."""
@@ -220,10 +297,38 @@ class Gate:
             d["passed"] = self.step_passed[st.step]
         return d
 
+    async def _measure_bounded(self) -> None:
+        """Measure until done, the overall deadline, SIGTERM/SIGINT or a gate error; then say where it stopped."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(self._measure())
+
+        def stop(why: str) -> None:
+            if not task.done():
+                self.stopped = why
+                task.cancel()
+
+        signals = [sig for sig in (signal.SIGTERM, signal.SIGINT) if _can_handle(loop, sig, stop)]
+        timer = loop.call_later(self.c.deadline_s, stop, f"the gate's deadline_s ({self.c.deadline_s:g}s) passed")
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not self.stopped:
+                raise
+        except Exception as exc:  # the gate's own bug outside a phase: still a report, never a traceback
+            self.stopped = f"gate error {exc.__class__.__name__}: {exc}"[:300]
+        finally:
+            timer.cancel()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        if self.stopped:
+            text = f"FAILED stopped in phase {self.phase} because {self.stopped}; the report holds what was measured"
+            self._add(Check("gate.stopped", False, self.phase, None, "", text))
+            self.skipped.append(f"{self.phase}: stopped, {self.stopped}")
+
     async def run(self) -> dict[str, Any]:
         started = datetime.now(UTC)
         self._open_files()
-        await self._measure()
+        await self._measure_bounded()
         self._add(judge.output(self.m.results))
         scanned = self.c.logs.enabled and bool(self.o.logs)
         logs = scan(self.o.logs, self.c, self.o.report_dir, started.isoformat()) if scanned else None
@@ -231,6 +336,8 @@ class Gate:
             self._add(judge.logs(logs))
         elif self.c.logs.enabled:
             self.skipped.append("logs: no --log file given")
+        self._add(judge.restarted(self.m.identities, logs.restarts if logs else []))
+        self._add(judge.health_latency(self.m.health, self.c.readiness.max_health_latency_s))
         summary = self.m.server.summary if self.m.server else {"engine": "unknown", "source": "unavailable"}
         engine = summary["engine"]
         tp = self.m.throughput.to_dict() if self.m.throughput and self.m.throughput.runs else None
@@ -242,7 +349,14 @@ class Gate:
         phases: dict[str, Any] = {
             "readiness": asdict(m.readiness) if m.readiness else None,
             "open_files": asdict(m.file_limit) if m.file_limit else None,
-            "sampler_warmup": asdict(m.warmup) if m.warmup else None,
+            "sampler_warmup": m.warmup.to_dict() if m.warmup else None,
+            "identity": [asdict(i) for i in m.identities] or None,
+            "probes": [
+                {"probe": p.index, "prompt": p.prompt, "success": p.request.success, "answer": p.request.text[:2000]}
+                for p in m.probes
+            ]
+            or None,
+            "reference": m.reference.to_dict() if m.reference else None,
             "single_stream": ss,
             "throughput": tp or (m.throughput.to_dict() if m.throughput else None),
             "stability": {"steps": [self._step_dict(s) for s in m.stability]} if m.stability else None,
@@ -260,6 +374,7 @@ class Gate:
             "url": self.base,
             "started_at": started.isoformat(timespec="seconds"),
             "duration_s": round((datetime.now(UTC) - started).total_seconds(), 2),
+            "stopped": {"phase": self.phase, "reason": self.stopped} if self.stopped else None,
             "labels": self.o.labels,
             "config_file": self.o.config_path,
             "config": self.c.model_dump(),
@@ -269,10 +384,20 @@ class Gate:
             "failed_checks": [c.name for c in self.checks if not c.passed],
             "skipped": self.skipped,
             "key_metrics": km,
+            "reference_answers": m.reference.recorded if m.reference and m.reference.recorded else None,
             "baseline": base_info,
             "phases": {k: v for k, v in phases.items() if v is not None},
             "metric_definitions": METRIC_DEFINITIONS,
         }
+
+
+def _can_handle(loop: asyncio.AbstractEventLoop, sig: signal.Signals, stop: Callable[[str], None]) -> bool:
+    """Install ``stop`` for ``sig`` (only possible in the main thread); whether it was installed."""
+    try:
+        loop.add_signal_handler(sig, stop, f"it received {sig.name}")
+    except (ValueError, RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 def rejudge_logs(report: dict[str, Any], config: GateConfig, logs: list[str], report_dir: str) -> dict[str, Any]:
@@ -280,15 +405,20 @@ def rejudge_logs(report: dict[str, Any], config: GateConfig, logs: list[str], re
 
     The rollout fetches the container's log (``docker logs --since <gate start>``) after
     the gate, from a host the controller-side gate cannot read; the files the gate
-    already scanned are scanned again with them, and the one ``logs.crash_signatures``
-    check and the verdict are replaced.
+    already scanned are scanned again with them, and the ``logs.crash_signatures`` check
+    (and ``server.restarted`` when the window shows a start banner) and the verdict are replaced.
     """
-    earlier = ((report.get("phases") or {}).get("logs") or {}).get("files") or []
+    before = (report.get("phases") or {}).get("logs") or {}
+    earlier = before.get("files") or []
     files = [f for f in earlier if Path(f).is_file()] + [f for f in logs if f not in earlier]
-    res = scan(files, config, report_dir, None)
-    check = judge.logs(res)
-    kept = [c for c in report.get("checks", []) if c.get("name") != "logs.crash_signatures"]
-    report["checks"] = [*kept, asdict(check)]
+    res = scan(files, config, report_dir, None, (*before.get("window", []), *logs))
+    new = [judge.logs(res)]
+    replaced = {"logs.crash_signatures"}
+    if res.restarts:  # a start banner in the gate's window: the server restarted while it was gated
+        new.append(judge.restarted([], res.restarts))
+        replaced.add("server.restarted")
+    kept = [c for c in report.get("checks", []) if c.get("name") not in replaced]
+    report["checks"] = [*kept, *(asdict(c) for c in new if c is not None)]
     report["failed_checks"] = [c["name"] for c in report["checks"] if not c["passed"]]
     report["verdict"] = judge.verdict([Check(**c) for c in report["checks"]])
     report.setdefault("phases", {})["logs"] = res.to_dict()

@@ -11,15 +11,15 @@ time spent queued in the client, as in bench_serving.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import numpy as np
 
+from .answers import AnswerRule
 from .client import generate_body, generate_stream, prewarm
 from .metrics import BenchMetrics, RequestResult, compute_metrics
 
@@ -34,6 +34,12 @@ class LoadResult:
     metrics: BenchMetrics
     timed_out: bool
     deadline_s: float
+    warmup: list[RequestResult] = field(default_factory=list)  # untimed, but judged: a failure is a failure
+
+    @property
+    def stalled(self) -> int:
+        """Requests still open at the deadline: the server stopped streaming (or is far too slow)."""
+        return sum(1 for r in self.results if r.failure == "timeout") if self.timed_out else 0
 
 
 def random_ids(num_prompts: int, input_len: int, vocab_size: int, seed: int) -> list[list[int]]:
@@ -58,21 +64,46 @@ async def run_load(
     progress: Progress | None = None,
     progress_interval_s: float = 10.0,
     prewarm_url: str | None = None,
+    sampling: dict[str, float | int] | None = None,
+    rule: AnswerRule | None = None,
 ) -> LoadResult:
     """Send ``prompts`` to ``url`` (/generate) and measure; never raises on server trouble.
 
     ``prewarm_url`` (a cheap GET such as /v1/models) opens the connections of the first
-    wave before the clock starts, so an infinite-rate burst really leaves at once.
+    wave before the clock starts, so an infinite-rate burst really leaves at once. The
+    warm-up requests share ``deadline_s`` with the run: a server that stalls in the warm-up
+    is reported after one deadline, with every measured request counted as not finished.
     """
     num_prompts = len(prompts)
-    bodies = [generate_body(ids, output_len) for ids in prompts]
+    bodies = [generate_body(ids, output_len, sampling) for ids in prompts]
+    t_begin = time.perf_counter()
+    warm_results: list[RequestResult] = []
     if warmup_requests:
         warm_len = min(output_len, 32)
-        warm_body = generate_body(prompts[0], warm_len)
-        warm = [generate_stream(session, url, warm_body, len(prompts[0]), warm_len) for _ in range(warmup_requests)]
-        # On timeout the measured run below meets the same deadline and reports it.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*warm), timeout=deadline_s)
+        warm_body = generate_body(prompts[0], warm_len, sampling)
+        warm = [
+            asyncio.ensure_future(generate_stream(session, url, warm_body, len(prompts[0]), warm_len, rule))
+            for _ in range(warmup_requests)
+        ]
+        _, pending = await asyncio.wait(warm, timeout=deadline_s)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for t in warm:
+            if t in pending:
+                late = RequestResult(prompt_len=len(prompts[0]))
+                late.fail("timeout", f"warm-up: no complete answer within the {deadline_s:g}s deadline")
+                warm_results.append(late)
+            else:
+                warm_results.append(t.result())
+        if pending:  # stalled before anything was measured: the run would only wait again
+            results = []
+            for ids in prompts:
+                r = RequestResult(prompt_len=len(ids))
+                r.fail("timeout", "not sent: the warm-up requests did not finish within the deadline")
+                results.append(r)
+            return LoadResult(results, compute_metrics(results, 0.0), True, deadline_s, warm_results)
+    budget = max(0.001, deadline_s - (time.perf_counter() - t_begin))  # what the warm-up left of the deadline
     if prewarm_url:
         await prewarm(session, prewarm_url, min(num_prompts, max_concurrency or num_prompts))
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
@@ -82,10 +113,10 @@ async def run_load(
     async def one(i: int) -> RequestResult:
         nonlocal done_count, failed_count
         if sem is None:
-            r = await generate_stream(session, url, bodies[i], len(prompts[i]), output_len)
+            r = await generate_stream(session, url, bodies[i], len(prompts[i]), output_len, rule)
         else:
             async with sem:
-                r = await generate_stream(session, url, bodies[i], len(prompts[i]), output_len)
+                r = await generate_stream(session, url, bodies[i], len(prompts[i]), output_len, rule)
         done_count += 1
         failed_count += 0 if r.success else 1
         return r
@@ -112,8 +143,8 @@ async def run_load(
     tick = asyncio.ensure_future(ticker())
     timed_out = False
     try:
-        await asyncio.wait_for(launch(), timeout=deadline_s)
-        remaining = max(0.001, deadline_s - (time.perf_counter() - start))
+        await asyncio.wait_for(launch(), timeout=budget)
+        remaining = max(0.001, budget - (time.perf_counter() - start))
         _, pending = await asyncio.wait(tasks, timeout=remaining)
         if pending:
             timed_out = True
@@ -142,4 +173,5 @@ async def run_load(
         metrics=compute_metrics(results, duration),
         timed_out=timed_out,
         deadline_s=deadline_s,
+        warmup=warm_results,
     )

@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from .signatures import GENERIC, compile_all
+from .userregex import compile_builtin, compile_user_regex
 
 MAX_LINE = 64 * 1024
 MAX_MATCHES = 50
+# uvicorn's line at every start of SGLang's HTTP server (tests/fixtures: "INFO:     Started server
+# process [614]"); the test engine writes the same words when it simulates a restart.
+START_BANNER = "Started server process ["
 DOCKER_PREFIX = "docker:"
 
 
@@ -41,6 +45,18 @@ class LogScanResult:
     counts: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     lines_scanned: int = 0
+    banners: dict[str, int] = field(default_factory=dict)  # file -> SGLang start banners in it
+    window: list[str] = field(default_factory=list)  # files that hold only the gate's window (no start-up)
+
+    @property
+    def restarts(self) -> list[str]:
+        """Files that show a server start the gate did not expect: any banner in a window-only file,
+        a second one in a file that holds the start-up too."""
+        return [
+            f"{f}: {n} start banner(s) ({START_BANNER!r})"
+            for f, n in self.banners.items()
+            if n > (0 if f in self.window else 1)
+        ]
 
     @property
     def first(self) -> LogMatch | None:
@@ -57,6 +73,9 @@ class LogScanResult:
             "first_match": asdict(first) if first else None,
             "matches": [asdict(m) for m in self.matches[:20]],
             "errors": self.errors,
+            "start_banners": self.banners,
+            "window": self.window,
+            "restarts": self.restarts,
         }
 
 
@@ -69,19 +88,27 @@ def _lines(path: str) -> Any:
             yield raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
 
 
-def scan_logs(paths: list[str], extra: dict[str, str] | None = None, context_lines: int = 3) -> LogScanResult:
-    """Scan files in order; matches keep file order, then line order."""
+def scan_logs(
+    paths: list[str], extra: dict[str, str] | None = None, context_lines: int = 3, window: list[str] | None = None
+) -> LogScanResult:
+    """Scan files in order; matches keep file order, then line order. ``window``: files holding
+    only the gate's window (a start banner there is a restart)."""
     compiled = compile_all(extra)
     # One alternation rejects the (nearly all) clean lines in a single search; on a hit the
-    # signatures are tried in order so the first listed one names the line.
-    anyone = re.compile("|".join(f"(?:{rx.pattern})" for _, rx in compiled))
-    result = LogScanResult(files=list(paths))
+    # signatures are tried in order so the first listed one names the line. With user patterns
+    # in it the alternation is RE2 too (compile_all refused any RE2 cannot run).
+    joined = "|".join(f"(?:{rx.pattern})" for _, rx in compiled)
+    anyone = compile_user_regex(joined) if extra else compile_builtin(joined)
+    result = LogScanResult(files=list(paths), window=list(window or []))
     for path in paths:
+        result.banners[path] = 0
         before: deque[str] = deque(maxlen=context_lines)
         waiting: list[tuple[LogMatch, int]] = []  # matches still collecting lines after them
         try:
             for i, line in enumerate(_lines(path), start=1):
                 result.lines_scanned += 1
+                if START_BANNER in line:
+                    result.banners[path] += 1
                 for m, _ in waiting:
                     m.context.append(line[:500])
                 if waiting:

@@ -17,12 +17,13 @@ from typing import Any
 
 import aiohttp
 
-from .client import chat_stream, get_json, probe
+from .answers import AnswerRule
+from .client import chat_stream, generate_body, generate_stream, get_json, probe
 from .config import GateConfig
 from .limits import FileLimit
 from .load import LoadResult, random_ids, run_load
 from .metrics import BenchMetrics, RequestResult, Spread, aggregate_runs, key_metric_spreads
-from .serverinfo import model_name, redact, summarize
+from .serverinfo import identity, model_name, redact, served_names, summarize
 
 Say = Callable[[str], None]
 
@@ -43,13 +44,23 @@ class Health:
     healthy: bool
     error: str
     timeout_s: float
+    seconds: float = 0.0  # how long /health took to answer
 
 
 @dataclass
 class Warmup:
-    ok: bool
+    """The untimed sampled request before anything is measured (judged like any request)."""
+
+    request: RequestResult
     seconds: float
-    note: str
+
+    @property
+    def ok(self) -> bool:
+        return self.request.success
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.request
+        return {"ok": r.success, "seconds": self.seconds, "failure": r.failure, "error": r.error}
 
 
 @dataclass
@@ -58,6 +69,16 @@ class ServerInfo:
     model: str
     raw: dict[str, Any] | None
     note: str = ""
+    names: list[str] = field(default_factory=list)  # every name the server answers to (served name, path, /v1/models)
+
+
+@dataclass
+class Identity:
+    """Who the server is right now: changes only when the server process (or container) restarted."""
+
+    when: str
+    facts: dict[str, Any]
+    error: str = ""
 
 
 @dataclass
@@ -113,6 +134,10 @@ class Throughput:
         return any(r.timed_out for r in self.runs)
 
     @property
+    def warmup(self) -> list[RequestResult]:
+        return [x for r in self.runs for x in r.warmup]
+
+    @property
     def results(self) -> list[RequestResult]:
         return [x for r in self.runs for x in r.results]
 
@@ -125,6 +150,7 @@ class Throughput:
             "timed_out": self.timed_out,
             "deadline_s": self.deadline_s,
             "refused": self.refused,
+            "warmup_failed": sum(1 for r in self.warmup if not r.success),
         }
 
 
@@ -164,12 +190,24 @@ class StabilityStep:
 
 
 @dataclass
+class ProbeResult:
+    """A user probe (config ``answers.probes``): the answer, judged later against what it must contain."""
+
+    index: int
+    prompt: str
+    request: RequestResult
+
+
+@dataclass
 class Measurements:
     """Everything the phases measured in one gate run (what the judges read)."""
 
     readiness: Readiness | None = None
     server: ServerInfo | None = None
+    identities: list[Identity] = field(default_factory=list)
     warmup: Warmup | None = None
+    probes: list[ProbeResult] = field(default_factory=list)
+    reference: Any = None  # answers.ReferenceResult
     single_stream: SingleStream | None = None
     throughput: Throughput | None = None
     stability: list[StabilityStep] = field(default_factory=list)
@@ -180,6 +218,7 @@ class Measurements:
     def results(self) -> list[RequestResult]:
         """Every measured request (warm-ups excluded)."""
         out = [self.single_stream.request] if self.single_stream else []
+        out += [p.request for p in self.probes]
         if self.throughput:
             out += self.throughput.results
         out += [x for s in self.stability if s.load for x in s.load.results]
@@ -189,11 +228,18 @@ class Measurements:
 class Measurer:
     """Runs the phases against one server through one shared aiohttp session."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str, config: GateConfig, say: Say) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, base: str, config: GateConfig, say: Say, container: str | None = None
+    ) -> None:
         self.s = session
         self.base = base
         self.c = config
         self.say = say
+        self.container = container  # docker container of the server (--log docker:NAME), for its restart count
+        a = config.answers
+        self.rule = AnswerRule(a.min_tokens, a.max_repeat_fraction) if a.enabled else None
+        self.sampling = config.sampling.model_dump()
+        self.stream_interval = 1
 
     async def _with_progress(self, aw: Any, what: str) -> Any:
         """Await ``aw``, printing ``what`` with the elapsed time every progress_interval_s."""
@@ -234,23 +280,30 @@ class Measurer:
 
     async def health(self, when: str) -> Health:
         to = self.c.stability.health_timeout_s
+        t0 = time.monotonic()
         st, err = await probe(self.s, self.base + "/health", to)
-        return Health(when, st == 200, err, to)
+        return Health(when, st == 200, err, to, round(time.monotonic() - t0, 3))
+
+    async def _server_info_json(self) -> tuple[dict[str, Any] | None, str]:
+        to = self.c.readiness.request_timeout_s
+        err = ""
+        for path in ("/get_server_info", "/server_info"):
+            _, si, err = await get_json(self.s, self.base + path, to)
+            if isinstance(si, dict):
+                return si, ""
+        return None, err or "not a JSON object"
 
     async def server_info(self) -> ServerInfo:
         to = self.c.readiness.request_timeout_s
-        si = mi = None
-        for path in ("/get_server_info", "/server_info"):
-            _, si, _ = await get_json(self.s, self.base + path, to)
-            if isinstance(si, dict):
-                break
+        si, _ = await self._server_info_json()
+        mi = None
         for path in ("/get_model_info", "/model_info"):
             _, mi, _ = await get_json(self.s, self.base + path, to)
             if isinstance(mi, dict):
                 break
         _, models, _ = await get_json(self.s, self.base + "/v1/models", to)
-        si = si if isinstance(si, dict) else None
         mi = mi if isinstance(mi, dict) else None
+        models = models if isinstance(models, dict) else None
         summary = summarize(si, mi)
         summary["source"] = "/get_server_info" if si else "unavailable"
         raw = redact(si) if si else None
@@ -259,34 +312,40 @@ class Measurer:
         if size > SERVER_INFO_CAP:
             note = f"raw server info was {size:,} bytes (cap {SERVER_INFO_CAP:,}): only its summary is kept"
             raw = {"truncated": True, "bytes": size, "keys": sorted(raw)[:200]}
-        return ServerInfo(summary, model_name(si, models if isinstance(models, dict) else None), raw, note)
+        interval = (si or {}).get("stream_interval")
+        self.stream_interval = interval if isinstance(interval, int) and interval > 0 else 1
+        return ServerInfo(summary, model_name(si, models), raw, note, served_names(si, mi, models))
+
+    async def identity(self, when: str) -> Identity:
+        """The server's identity now: SGLang picks a random seed at every start unless told one, and
+        reports its start-up timings; a container's restart count and start time say the same
+        from outside. Any change between two reads is a restart."""
+        si, err = await self._server_info_json()
+        facts = identity(si) if si else {}
+        if self.container:
+            facts.update(await docker_state(self.container))
+        return Identity(when, facts, "" if si else f"server info: {err}")
 
     async def sampler_warmup(self) -> Warmup:
-        """One untimed sampled request (temperature/top_p set) before anything is measured.
+        """One untimed sampled request (the config's sampling) before anything is measured.
 
         SGLang's start-up warm-up is greedy, so FlashInfer's sampling kernel is JIT-built
         by the first sampled request: minutes on a cold cache (docs/flashinfer-cache.md),
-        which must not land in a measured TTFT. Its result is recorded, never gated on.
+        which must not land in a measured TTFT. It is judged like any request: on a GPU
+        whose sampling kernel is missing every sampled request fails, and so does this one.
         """
-        body = json.dumps(
-            {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 4, "temperature": 0.7, "top_p": 0.9}}
-        ).encode()
+        body = generate_body([1, 2, 3, 4], 4, {**self.sampling, "temperature": self.sampling["temperature"] or 0.7})
         t0 = time.monotonic()
+        to = self.c.single_stream.timeout_s
         try:
-            async with self.s.post(
-                self.base + "/generate",
-                data=body,
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.c.single_stream.timeout_s),
-            ) as resp:
-                await resp.read()
-                ok, note = resp.status == 200, f"HTTP {resp.status}"
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            ok, note = False, f"{exc.__class__.__name__}: {exc}"[:200]
-        secs = time.monotonic() - t0
-        if secs > 10 or not ok:
-            self.say(f"sampler warm-up request: {note} after {secs:.1f}s (untimed)")
-        return Warmup(ok, round(secs, 2), note)
+            r = await asyncio.wait_for(generate_stream(self.s, self.base + "/generate", body, 4, 4), timeout=to)
+        except TimeoutError:
+            r = RequestResult(prompt_len=4)
+            r.fail("timeout", f"no complete answer within single_stream.timeout_s = {to:g}s")
+        secs = round(time.monotonic() - t0, 2)
+        if secs > 10 or not r.success:
+            self.say(f"sampler warm-up request: {'ok' if r.success else r.failure + ': ' + r.error} after {secs:.1f}s")
+        return Warmup(r, secs)
 
     async def single_stream(self, model: str) -> SingleStream:
         sc = self.c.single_stream
@@ -294,7 +353,15 @@ class Measurer:
         try:
             r = await self._with_progress(
                 asyncio.wait_for(
-                    chat_stream(self.s, self.base + "/v1/chat/completions", model, sc.prompt, sc.max_tokens),
+                    chat_stream(
+                        self.s,
+                        self.base + "/v1/chat/completions",
+                        model,
+                        sc.prompt,
+                        sc.max_tokens,
+                        rule=self.rule,
+                        stream_interval=self.stream_interval,
+                    ),
                     timeout=sc.timeout_s,
                 ),
                 f"single stream: waiting for the answer (deadline {sc.timeout_s:g}s)",
@@ -310,16 +377,47 @@ class Measurer:
             )
         return ss
 
-    async def throughput(self, limit: FileLimit | None) -> Throughput:
+    async def probes(self, model: str) -> list[ProbeResult]:
+        """The config's answer probes, one greedy chat request each (judged in checks.probes)."""
+        out = []
+        for i, p in enumerate(self.c.answers.probes, start=1):
+            to = self.c.single_stream.timeout_s
+            try:
+                r = await asyncio.wait_for(
+                    chat_stream(
+                        self.s,
+                        self.base + "/v1/chat/completions",
+                        model,
+                        p.prompt,
+                        p.max_tokens,
+                        rule=self.rule,
+                        stream_interval=self.stream_interval,
+                    ),
+                    timeout=to,
+                )
+            except TimeoutError:
+                r = RequestResult()
+                r.fail("timeout", f"no complete answer within single_stream.timeout_s = {to:g}s")
+            out.append(ProbeResult(i, p.prompt, r))
+            if r.failure == "timeout":
+                break  # a stalled server: the next probe would only wait again
+        return out
+
+    async def throughput(self, limit: FileLimit | None, stable: Callable[[list[LoadResult]], bool]) -> Throughput:
+        """``repeats`` runs; while ``stable`` says the runs disagree, more, up to ``max_repeats``."""
         tc = self.c.throughput
         conc = min(tc.num_prompts, tc.max_concurrency or tc.num_prompts)
         if limit is not None and not limit.allows(conc):
             return Throughput([], tc.timeout_s, refused=limit.refusal(conc))
         prompts = random_ids(tc.num_prompts, tc.input_len, tc.vocab_size, tc.seed)
         runs: list[LoadResult] = []
-        for k in range(1, tc.repeats + 1):
+        k = 0
+        while k < tc.repeats or (k < tc.max_repeats and not stable(runs)):
+            k += 1
+            of = tc.repeats if k <= tc.repeats else tc.max_repeats
+            extra = "" if k <= tc.repeats else " (more runs: the first disagreed)"
             self.say(
-                f"throughput run {k}/{tc.repeats}: {tc.num_prompts} prompts x {tc.input_len} in / "
+                f"throughput run {k}/{of}{extra}: {tc.num_prompts} prompts x {tc.input_len} in / "
                 f"{tc.output_len} out tokens, "
                 + ("all at once" if tc.request_rate == float("inf") else f"{tc.request_rate:g} req/s")
                 + ", streaming /generate"
@@ -329,7 +427,7 @@ class Measurer:
                 self.base + "/generate",
                 prompts,
                 tc.output_len,
-                label=f"throughput run {k}/{tc.repeats}",
+                label=f"throughput run {k}/{of}",
                 deadline_s=tc.timeout_s,
                 request_rate=tc.request_rate,
                 max_concurrency=tc.max_concurrency,
@@ -338,15 +436,17 @@ class Measurer:
                 progress=self.say,
                 progress_interval_s=self.c.progress_interval_s,
                 prewarm_url=self.base + "/v1/models",
+                sampling=self.sampling,
+                rule=self.rule,
             )
             runs.append(lr)
             m = lr.metrics
             self.say(
-                f"throughput run {k}/{tc.repeats}: {m.completed} ok / {m.failed} failed in {m.duration_s:.1f}s: "
+                f"throughput run {k}/{of}: {m.completed} ok / {m.failed} failed in {m.duration_s:.1f}s: "
                 f"total {m.total_throughput:,.0f} tok/s, output {m.output_throughput:,.0f} tok/s, "
                 f"p99 TTFT {m.p99_ttft_ms:,.0f} ms, mean E2E {m.mean_e2e_latency_ms:,.0f} ms"
             )
-            if m.completed == 0:  # nothing got through: more runs only repeat the failure
+            if m.completed == 0 or lr.timed_out:  # nothing got through, or it stalled: more runs only wait again
                 break
         return Throughput(runs, tc.timeout_s)
 
@@ -369,6 +469,31 @@ class Measurer:
             progress=self.say,
             progress_interval_s=self.c.progress_interval_s,
             prewarm_url=self.base + "/v1/models",
+            sampling=self.sampling,
+            rule=self.rule,
         )
         st.health = await self.health(f"after stability {st.label}")
         return st
+
+
+async def docker_state(container: str, timeout_s: float = 20.0) -> dict[str, Any]:
+    """``docker inspect``: the container's restart count and start time (both change on a restart)."""
+    fmt = "{{.RestartCount}} {{.State.StartedAt}}"
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "docker",
+            "inspect",
+            "--format",
+            fmt,
+            container,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=timeout_s)
+    except (OSError, TimeoutError) as exc:
+        return {"docker_error": f"docker inspect {container}: {exc.__class__.__name__}: {exc}"[:200]}
+    text = out.decode(errors="replace").strip()
+    if proc.returncode != 0:
+        return {"docker_error": f"docker inspect {container}: {text}"[:200]}
+    count, _, started = text.partition(" ")
+    return {"docker_restart_count": int(count) if count.isdigit() else count, "docker_started_at": started}

@@ -74,8 +74,13 @@ def render_summary(r: dict[str, Any]) -> str:
         )
     for s in r.get("skipped", []):
         lines.append(f"| skipped | {_cell(s.split(':')[0])} | - | - | {_cell(s)} |")
+    if r.get("stopped"):
+        st = r["stopped"]
+        lines += ["", f"**Stopped** in phase {st['phase']} because {st['reason']}."]
     tp = (r.get("phases") or {}).get("throughput")
-    if tp:
+    if tp and tp.get("refused"):
+        lines += ["", f"Throughput phase refused: {tp['refused']}"]
+    elif tp:
         lines += [
             "",
             "## Throughput at saturation (bench_serving definitions)",

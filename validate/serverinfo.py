@@ -98,3 +98,25 @@ def model_name(server_info: dict[str, Any] | None, models: dict[str, Any] | None
         return str(data[0]["id"])
     si = server_info or {}
     return str(si.get("served_model_name") or si.get("model_path") or "default")
+
+
+# Server-info fields that change at every start of a server and at no other time: SGLang draws
+# ``random_seed`` at start-up when none is given (ServerArgs.__post_init__) and reports its own
+# ``startup_time`` timings (0.5.17: a dict of floats; the test engine: its start time); ``pid``
+# where a release reports one. Read at the start and after every phase (validate/gate.py).
+IDENTITY_KEYS = ("pid", "random_seed", "startup_time")
+
+
+def identity(server_info: dict[str, Any]) -> dict[str, Any]:
+    """The start-dependent facts of a server info (only those present)."""
+    return {k: server_info[k] for k in IDENTITY_KEYS if server_info.get(k) is not None}
+
+
+def served_names(
+    server_info: dict[str, Any] | None, model_info: dict[str, Any] | None, models: dict[str, Any] | None
+) -> list[str]:
+    """Every name the server says it serves: served_model_name, model_path and the /v1/models ids."""
+    si, mi = server_info or {}, model_info or {}
+    names = [si.get("served_model_name"), si.get("model_path"), mi.get("served_model_name"), mi.get("model_path")]
+    names += [m.get("id") for m in (models or {}).get("data") or [] if isinstance(m, dict)]
+    return list(dict.fromkeys(str(n) for n in names if n))

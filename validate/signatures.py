@@ -10,8 +10,9 @@ crash). Where a text changed between releases, both wordings are here.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from .userregex import Pattern, compile_builtin, compile_user_regex
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ BUILTIN: tuple[Signature, ...] = (
 GENERIC = "scheduler_exception"  # precedes the specific error in a traceback: report the specific one
 
 
-def compile_all(extra: dict[str, str] | None = None) -> list[tuple[str, re.Pattern[str]]]:
-    """Built-in signatures then the config's ``extra_signatures``, compiled once."""
-    pairs = [(s.name, s.pattern) for s in BUILTIN] + list((extra or {}).items())
-    return [(name, re.compile(pattern)) for name, pattern in pairs]
+def compile_all(extra: dict[str, str] | None = None) -> list[tuple[str, Pattern]]:
+    """Built-in signatures then the config's ``extra_signatures`` (RE2: a user's pattern cannot hang the scan)."""
+    builtin = [(s.name, compile_builtin(s.pattern)) for s in BUILTIN]
+    return builtin + [(name, compile_user_regex(p)) for name, p in (extra or {}).items()]

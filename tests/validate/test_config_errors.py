@@ -22,23 +22,23 @@ URL = "http://127.0.0.1:9"  # never contacted: config errors stop the gate first
         ({"single_stream": {"min_decode_tok_s": -3}}, "single_stream.min_decode_tok_s: must be a number > 0"),
         (
             {"stability": {"concurrency": [16, 0]}},
-            "stability.concurrency[1]: must be a whole number > 0 (got 0)",
+            "stability.concurrency[1]: must be a whole number > 0 and <= 16,384 (got 0)",
         ),
         ({"baseline": {"metrics": ["speed"]}}, "baseline.metrics[0]: must be one of: total_token_throughput"),
         ({"baseline": {"tolerance": 2}}, "baseline.tolerance: must be a number > 0 and <= 1 (got 2)"),
-        ({"readiness": {"timeout_s": None}}, "readiness.timeout_s: must be a number > 0 (got None)"),
-        ({"thruput": {}}, "thruput: unknown key (allowed here: progress_interval_s, readiness, throughput"),
-        ({"logs": {"extra_signatures": [{"name": "x", "pattern": "("}]}}, "not a valid regular expression"),
-        ({"throughput": {"num_prompts": True}}, "throughput.num_prompts: must be a whole number > 0 (got True)"),
+        ({"readiness": {"timeout_s": None}}, "readiness.timeout_s: must be a number > 0 and <= 86,400 (got None)"),
+        ({"thruput": {}}, "thruput: unknown key (allowed here: model, deadline_s, progress_interval_s, readiness, sampling, answers, throughput"),
+        ({"logs": {"extra_signatures": [{"name": "x", "pattern": "("}]}}, "not a pattern RE2 accepts"),
+        ({"throughput": {"num_prompts": True}}, "throughput.num_prompts: must be a whole number > 0 and <= 100,000 (got True)"),
         ({"stability": {"enabled": "yes"}}, "stability.enabled: must be true or false (got 'yes')"),
         (
             {"throughput": {"min_total_tok_s": "100"}},
-            "throughput.min_total_tok_s: must be a number > 0 (or null) (got '100')",
+            "throughput.min_total_tok_s: must be a number > 0 and <= 1,000,000,000 (or null) (got '100')",
         ),
-        ({"readiness": {"timeout_s": float("inf")}}, "readiness.timeout_s: must be a finite number > 0 (got inf)"),
+        ({"readiness": {"timeout_s": float("inf")}}, "readiness.timeout_s: must be a finite number > 0 and <= 86,400 (got inf)"),
         (
             {"stability": {"step_timeout_s": float("nan")}},
-            "stability.step_timeout_s: must be a finite number > 0 (got nan)",
+            "stability.step_timeout_s: must be a finite number > 0 and <= 86,400 (got nan)",
         ),
         ({"throughput": {"repeats": 0}}, "throughput.repeats: must be a whole number > 0 and <= 20 (got 0)"),
         ({"throughput": {"max_spread": -0.1}}, "throughput.max_spread: must be a number > 0 and <= 10 (got -0.1)"),
@@ -166,19 +166,19 @@ def test_shipped_configs_are_valid():
 # Whole messages, word for word: the operator reads exactly this line (substring checks let a
 # wrong bound, a lost "(or null)" or a wrong path slip through).
 EXACT = [
-    ({"throughput": {"num_prompts": 0}}, "gate config: throughput.num_prompts: must be a whole number > 0 (got 0)"),
+    ({"throughput": {"num_prompts": 0}}, "gate config: throughput.num_prompts: must be a whole number > 0 and <= 100,000 (got 0)"),
     (
         {"throughput": {"warmup_requests": -1}},
-        "gate config: throughput.warmup_requests: must be a whole number >= 0 (got -1)",
+        "gate config: throughput.warmup_requests: must be a whole number >= 0 and <= 1,024 (got -1)",
     ),
-    ({"throughput": {"seed": 1.5}}, "gate config: throughput.seed: must be a whole number (got 1.5)"),
+    ({"throughput": {"seed": 1.5}}, "gate config: throughput.seed: must be a whole number >= 0 and <= 1,000,000,000 (got 1.5)"),
     (
         {"throughput": {"max_concurrency": 0}},
-        "gate config: throughput.max_concurrency: must be a whole number > 0 (or null) (got 0)",
+        "gate config: throughput.max_concurrency: must be a whole number > 0 and <= 16,384 (or null) (got 0)",
     ),
     (
         {"throughput": {"min_total_tok_s": 0}},
-        "gate config: throughput.min_total_tok_s: must be a number > 0 (or null) (got 0)",
+        "gate config: throughput.min_total_tok_s: must be a number > 0 and <= 1,000,000,000 (or null) (got 0)",
     ),
     ({"throughput": {"max_spread": 11}}, "gate config: throughput.max_spread: must be a number > 0 and <= 10 (got 11)"),
     (
@@ -187,29 +187,29 @@ EXACT = [
     ),
     ({"throughput": {"request_rate": -1}}, "gate config: throughput.request_rate: must be a number > 0 (got -1)"),
     ({"throughput": {"enabled": 1}}, "gate config: throughput.enabled: must be true or false (got 1)"),
-    ({"readiness": {"interval_s": 0}}, "gate config: readiness.interval_s: must be a number > 0 (got 0)"),
+    ({"readiness": {"interval_s": 0}}, "gate config: readiness.interval_s: must be a number > 0 and <= 86,400 (got 0)"),
     (
         {"single_stream": {"prompt": ""}},
-        "gate config: single_stream.prompt: must be a string (must not be empty) (got '')",
+        "gate config: single_stream.prompt: must be a string of at most 100,000 characters (must not be empty) (got '')",
     ),
-    ({"single_stream": {"prompt": 5}}, "gate config: single_stream.prompt: must be a string (got 5)"),
+    ({"single_stream": {"prompt": 5}}, "gate config: single_stream.prompt: must be a string of at most 100,000 characters (got 5)"),
     (
         {"stability": {"concurrency": []}},
-        "gate config: stability.concurrency: must be a non-empty list; each item a whole number > 0 (got [])",
+        "gate config: stability.concurrency: must be a non-empty list of at most 16 items; each item a whole number > 0 and <= 16,384 (got [])",
     ),
     (
         {"stability": {"concurrency": "256"}},
-        "gate config: stability.concurrency: must be a non-empty list; each item a whole number > 0 (got '256')",
+        "gate config: stability.concurrency: must be a non-empty list of at most 16 items; each item a whole number > 0 and <= 16,384 (got '256')",
     ),
     (
         {"stability": {"concurrency": [8, True]}},
-        "gate config: stability.concurrency[1]: must be a whole number > 0 (got True)",
+        "gate config: stability.concurrency[1]: must be a whole number > 0 and <= 16,384 (got True)",
     ),
     (
         {"stability": {"health_timeout_s": float("-inf")}},
-        "gate config: stability.health_timeout_s: must be a finite number > 0 (got -inf)",
+        "gate config: stability.health_timeout_s: must be a finite number > 0 and <= 86,400 (got -inf)",
     ),
-    ({"logs": {"context_lines": -2}}, "gate config: logs.context_lines: must be a whole number >= 0 (got -2)"),
+    ({"logs": {"context_lines": -2}}, "gate config: logs.context_lines: must be a whole number >= 0 and <= 50 (got -2)"),
     (
         {"logs": {"extra_signatures": [{"name": "x"}]}},
         "gate config: logs.extra_signatures[0].pattern: required key is missing",
@@ -220,15 +220,15 @@ EXACT = [
     ),
     (
         {"logs": {"extra_signatures": [{"name": "", "pattern": "a"}]}},
-        "gate config: logs.extra_signatures[0].name: must be a string (must not be empty) (got '')",
+        "gate config: logs.extra_signatures[0].name: must be a string of at most 100 characters (must not be empty) (got '')",
     ),
     (
         {"logs": {"extra_signatures": [{"name": "bad", "pattern": "(x"}]}},
-        "gate config: logs.extra_signatures: signature 'bad': pattern is not a valid regular expression (missing ), unterminated subpattern at position 0)",
+        "gate config: logs.extra_signatures: signature 'bad': not a pattern RE2 accepts (no backreferences or look-around): missing ): (x",
     ),
     (
         {"logs": {"extra_signatures": "x"}},
-        "gate config: logs.extra_signatures: must be a list; each item a mapping (keys: name, pattern) (got 'x')",
+        "gate config: logs.extra_signatures: must be a list of at most 64 items; each item a mapping (keys: name, pattern) (got 'x')",
     ),
     ({"baseline": {"tolerance": 0}}, "gate config: baseline.tolerance: must be a number > 0 and <= 1 (got 0)"),
     (
@@ -238,7 +238,7 @@ EXACT = [
     ),
     ({"baseline": {"extra": 1}}, "gate config: baseline.extra: unknown key (allowed here: tolerance, metrics)"),
     ({"baseline": 5}, "gate config: baseline: must be a mapping (keys: tolerance, metrics) (got 5)"),
-    ({"progress_interval_s": "10"}, "gate config: progress_interval_s: must be a number > 0 (got '10')"),
+    ({"progress_interval_s": "10"}, "gate config: progress_interval_s: must be a number > 0 and <= 86,400 (got '10')"),
 ]
 
 
@@ -257,9 +257,9 @@ def test_every_bad_field_gets_its_own_line_once():
     with pytest.raises(ConfigError) as exc:
         parse_config({"throughput": {"num_prompts": 0, "output_len": 0}, "thruput": 1})
     assert str(exc.value).splitlines() == [
-        "gate config: throughput.num_prompts: must be a whole number > 0 (got 0)",
-        "gate config: throughput.output_len: must be a whole number > 0 (got 0)",
-        "gate config: thruput: unknown key (allowed here: progress_interval_s, readiness, throughput, single_stream, stability, logs, baseline)",
+        "gate config: throughput.num_prompts: must be a whole number > 0 and <= 100,000 (got 0)",
+        "gate config: throughput.output_len: must be a whole number > 0 and <= 131,072 (got 0)",
+        "gate config: thruput: unknown key (allowed here: model, deadline_s, progress_interval_s, readiness, sampling, answers, throughput, single_stream, stability, logs, baseline)",
     ]
 
 
@@ -340,7 +340,7 @@ def test_every_field_has_a_rule_and_every_constraint_is_said():
 
     from validate.config import BOUNDS, GateConfig, _field_for, _rule, _unannotate
 
-    known = {getattr(annotated_types, a.capitalize()) for a, _ in BOUNDS} | {annotated_types.MinLen}
+    known = {getattr(annotated_types, a.capitalize()) for a, _ in BOUNDS} | {annotated_types.MinLen, annotated_types.MaxLen}
     seen = 0
     for loc, _info in _fields(GateConfig):
         ann, meta = _field_for(loc)
@@ -351,5 +351,5 @@ def test_every_field_has_a_rule_and_every_constraint_is_said():
             if type(m).__module__ == "annotated_types":
                 assert type(m) in known, (loc, m)
         seen += 1
-    assert seen == 49  # every field of every section (update when a field is added)
+    assert seen == 71  # every field of every section (update when a field is added)
     assert _field_for(("throughput", "nope")) == (None, [])

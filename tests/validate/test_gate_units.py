@@ -321,6 +321,9 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
     assert report["phases"]["server_info_note"] == ""
     assert [c["name"] for c in report["checks"]] == [
         "readiness",
+        "server.model",
+        "sampler_warmup.request",
+        "answers.reference",
         "single_stream.decode_tok_s",
         "single_stream.ttft_ms",
         "throughput.failed_requests",
@@ -329,6 +332,8 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "stability.concurrency_4",
         "output.empty_or_nan",
         "logs.crash_signatures",
+        "server.restarted",
+        "server.health_latency",
         "baseline.total_token_throughput",
     ]
     assert report["failed_checks"] == [] and report["skipped"] == []
@@ -346,6 +351,8 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "readiness",
         "open_files",
         "sampler_warmup",
+        "identity",
+        "reference",
         "single_stream",
         "throughput",
         "stability",
@@ -362,10 +369,23 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
     steps = phases["stability"]["steps"]
     assert [(s["step"], s["of"], s["concurrency"], s["passed"]) for s in steps] == [(1, 2, 2, True), (2, 2, 4, True)]
     assert [h["when"] for h in phases["health_checks"]] == [
+        "after readiness",
+        "after the single stream",
         "after the throughput phase",
         "after stability step 1/2 (concurrency 2)",
         "after stability step 2/2 (concurrency 4)",
     ]
+    assert [i["when"] for i in phases["identity"]] == [
+        "after readiness",
+        "after answers",
+        "after single_stream",
+        "after throughput",
+        "after stability",
+    ]
+    assert len({json.dumps(i["facts"], sort_keys=True) for i in phases["identity"]}) == 1  # one process throughout
+    assert set(phases["identity"][0]["facts"]) == {"random_seed", "startup_time"}
+    assert phases["reference"]["mode"] == "recorded" and phases["reference"]["answers"] == 8
+    assert len(report["reference_answers"]["answers"]) == 8 and report["reference_answers"]["max_new_tokens"] == 32
     assert all(h["healthy"] for h in phases["health_checks"]) and phases["logs"]["files"] == [str(eng.log)]
     assert phases["open_files"]["wanted"] == 8 + 64 and phases["sampler_warmup"]["ok"] is True
     assert report["server_info"]["engine"] == "test-engine"
@@ -381,16 +401,24 @@ def test_disabled_phases_and_no_log_are_listed_as_skipped(engines, tmp_path):
     }
     report, _ = _gate(eng.url, tmp_path, cfg)
     assert report["skipped"] == [
+        "answers: no probes in the config, and the reference answers need --baseline",
         "single_stream: disabled in config",
         "throughput: disabled in config",
         "stability: disabled in config",
         "logs: no --log file given",
     ]
-    assert [c["name"] for c in report["checks"]] == ["readiness"] and report["verdict"] == "pass"
+    assert [c["name"] for c in report["checks"]] == [  # one identity read: no restart check to make
+        "readiness",
+        "server.model",
+        "sampler_warmup.request",
+        "server.health_latency",
+    ]
+    assert report["verdict"] == "pass"
     assert set(report["phases"]) == {
         "readiness",
         "open_files",
         "sampler_warmup",
+        "identity",
         "health_checks",
         "server_info_raw",
         "server_info_note",
@@ -398,7 +426,7 @@ def test_disabled_phases_and_no_log_are_listed_as_skipped(engines, tmp_path):
     assert report["phases"]["open_files"]["wanted"] == 1 + 64  # nothing bigger than one stream runs
     assert all(v is None for v in report["key_metrics"].values())
     off = _gate(eng.url, tmp_path, {**cfg, "logs": {"enabled": False}})[0]
-    assert off["skipped"][-1] == "stability: disabled in config" and len(off["skipped"]) == 3
+    assert off["skipped"][-1] == "stability: disabled in config" and len(off["skipped"]) == 4
 
 
 def test_a_dead_server_fails_readiness_and_skips_the_rest(tmp_path):
@@ -406,9 +434,10 @@ def test_a_dead_server_fails_readiness_and_skips_the_rest(tmp_path):
     report, _ = _gate("http://127.0.0.1:9", tmp_path, cfg)
     assert report["verdict"] == "fail" and report["failed_checks"][0] == "readiness"
     assert report["skipped"] == [
-        "single_stream: skipped, the server was down or wedged",
-        "throughput: skipped, the server was down or wedged",
-        "stability: skipped, the server was down or wedged",
+        "answers: no probes in the config, and the reference answers need --baseline",
+        "single_stream: skipped, the server never became ready",
+        "throughput: skipped, the server never became ready",
+        "stability: skipped, the server never became ready",
         "logs: no --log file given",
     ]
     assert report["engine"] == "unknown" and report["engine_note"] == ""
@@ -450,13 +479,17 @@ def test_a_server_wedged_at_its_first_request_stops_every_phase(engines, tmp_pat
     cfg = {**TINY, "single_stream": {"timeout_s": 1}, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
     report, said = _gate(eng.url, tmp_path, cfg)
     assert report["phases"]["sampler_warmup"]["ok"] is False
-    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after the failed warm-up request"]
-    assert report["skipped"][:3] == [
+    assert report["phases"]["sampler_warmup"]["failure"] == "timeout"
+    assert [h["when"] for h in report["phases"]["health_checks"]] == [
+        "after readiness",
+        "after the failed warm-up request",
+    ]
+    assert report["skipped"][1:4] == [
         "single_stream: skipped, the server was down or wedged",
         "throughput: skipped, the server was down or wedged",
         "stability: skipped, the server was down or wedged",
     ]
-    assert report["failed_checks"] == ["sampler_warmup.server_healthy_after"]
+    assert report["failed_checks"] == ["sampler_warmup.request", "sampler_warmup.server_healthy_after"]
     assert any(line.startswith("FAILED") and "died or is wedged" in line for line in said)
 
 
@@ -480,7 +513,11 @@ def test_a_phase_the_open_file_limit_cannot_fit_is_refused_and_named(engines, tm
     steps = report["phases"]["stability"]["steps"]
     assert [(s["concurrency"], s.get("passed")) for s in steps] == [(2, True), (8, False)]
     assert steps[1]["refused"].startswith("needs 72 open files")
-    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after stability step 1/2 (concurrency 2)"]
+    assert [h["when"] for h in report["phases"]["health_checks"]] == [
+        "after readiness",
+        "after the single stream",
+        "after stability step 1/2 (concurrency 2)",
+    ]
 
 
 def test_a_gate_error_in_one_phase_fails_that_phase_and_keeps_the_report(engines, tmp_path, monkeypatch):
@@ -510,9 +547,13 @@ def test_a_server_that_dies_under_throughput_fails_the_health_after_it(engines, 
     eng = engines(*FAST, "--engine-fault", "crash_above:2")
     cfg = {**TINY, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
     report, _ = _gate(eng.url, tmp_path, cfg)
-    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after the throughput phase"]
+    assert [h["when"] for h in report["phases"]["health_checks"]] == [
+        "after readiness",
+        "after the single stream",
+        "after the throughput phase",
+    ]
     assert "throughput.server_healthy_after" in report["failed_checks"]
-    assert report["skipped"][0] == "stability: skipped, the server was down or wedged"
+    assert report["skipped"][1] == "stability: skipped, the server was down or wedged"
 
 
 def test_a_server_that_dies_in_the_single_stream_is_named_there(engines, tmp_path, monkeypatch):
@@ -529,14 +570,15 @@ def test_a_server_that_dies_in_the_single_stream_is_named_there(engines, tmp_pat
     monkeypatch.setattr(Measurer, "single_stream", dies_first)
     cfg = {**TINY, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
     report, said = _gate(eng.url, tmp_path, cfg)
-    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after the failed single-stream request"]
+    assert [h["when"] for h in report["phases"]["health_checks"]] == ["after readiness", "after the single stream"]
     assert report["failed_checks"] == ["single_stream.request", "single_stream.server_healthy_after"]
     assert report["skipped"] == [
+        "answers: no probes in the config, and the reference answers need --baseline",
         "throughput: skipped, the server was down or wedged",
         "stability: skipped, the server was down or wedged",
         "logs: no --log file given",
     ]
-    assert any(x.startswith("FAILED /health after the failed single-stream request: ") for x in said)
+    assert any(x.startswith("FAILED /health after the single stream: ") for x in said)
 
 
 def test_a_docker_log_entry_is_fetched_next_to_the_report_since_the_gate_start(tmp_path, monkeypatch):
