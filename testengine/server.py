@@ -105,6 +105,8 @@ class EngineServer:
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
+        # uvicorn's words at every start of SGLang's HTTP server (tests/fixtures/sglang-0.5.17-h200)
+        log.info("INFO:     Started server process [%d] (test engine, not SGLang)", os.getpid())
         self.scheduler = Scheduler(self.config)
         self.scheduler.start()
         asyncio.get_running_loop().create_task(self._warm_up())

@@ -369,9 +369,10 @@ async def chat_stream(
         out.text = text[:MAX_KEPT_TEXT]
         out.claimed_tokens = usage_tokens
         n = len(pieces)
-        tokens = usage_tokens if usage_tokens is not None else n
-        why = degenerate(rule, max(tokens, n), text, None, pieces) if rule else ""
         plausible = (n, 2 * n * max(1, stream_interval) + 8)
+        # the claim where the stream allows it (a piece can hold several tokens), else what was streamed
+        tokens = usage_tokens if usage_tokens is not None and plausible[0] <= usage_tokens <= plausible[1] else n
+        why = degenerate(rule, tokens, text, None, pieces) if rule else ""
         _judge_finish(out, tokens, None, max_tokens, ("stop", "length"), why, plausible)
     return out
 
