@@ -127,9 +127,10 @@ def ensure_wheel(dist: str, version: str) -> Path:
     return found[0]
 
 
-# pydantic 2 for the gate in the test-engine image (bookworm packages 1.10); its needs, pinned.
+# pydantic 2 for the gate in the test-engine image (bookworm packages 1.10); its needs, pinned; and
+# google-re2, the linear-time engine the gate runs users' patterns with (validate/userregex.py).
 GATE_WHEELS = ("pydantic==2.12.5", "pydantic-core==2.41.5", "annotated-types==0.7.0",
-               "typing-inspection==0.4.2", "typing-extensions==4.15.0")  # fmt: skip
+               "typing-inspection==0.4.2", "typing-extensions==4.15.0", "google-re2==1.1.20251105")  # fmt: skip
 
 
 def ensure_gate_wheels() -> list[Path]:
@@ -344,9 +345,7 @@ def _maybe_archive(args: argparse.Namespace, tag: str) -> None:
         if _archive_is_current(tag, Path(args.archive_dir), args.gzip):
             log(f"{tag}: offline archive in {args.archive_dir} is current (same image id), not re-saved")
             return
-        log(
-            f"{tag}: writing offline archive into {args.archive_dir} (docker save; large images take minutes)"
-        )
+        log(f"{tag}: writing offline archive into {args.archive_dir} (docker save; large images take minutes)")
         m = archive.save(tag, Path(args.archive_dir), compress=args.gzip)
         log(f"{tag}: {m.archive} sha256 {m.sha256}")
 
@@ -356,9 +355,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def archive_opts(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--archive-dir", help="also write an offline archive (docker save + .sha256 + .json) here"
-        )
+        sp.add_argument("--archive-dir", help="also write an offline archive (docker save + .sha256 + .json) here")
         sp.add_argument("--gzip", action="store_true", help="gzip the archive")
         sp.add_argument("--force", action="store_true", help="rebuild even when the source hash matches")
 

@@ -126,8 +126,7 @@ def verify(archive: Path) -> ArchiveManifest | None:
     manifest = ArchiveManifest(**json.loads(man_file.read_text()))
     if manifest.sha256 != actual or manifest.archive != archive.name:
         raise ArchiveError(
-            f"{man_file}: describes {manifest.archive} with sha256 {manifest.sha256}, "
-            f"not {archive.name} with {actual}"
+            f"{man_file}: describes {manifest.archive} with sha256 {manifest.sha256}, not {archive.name} with {actual}"
         )
     return manifest
 
@@ -140,7 +139,5 @@ def load(archive: Path) -> ArchiveManifest | None:
         for tag in manifest.repo_tags:
             got = inspect_image(tag)["Id"]
             if got != manifest.image_id:
-                raise ArchiveError(
-                    f"after loading {archive.name}: {tag} is {got}, expected {manifest.image_id}"
-                )
+                raise ArchiveError(f"after loading {archive.name}: {tag} is {got}, expected {manifest.image_id}")
     return manifest

@@ -371,8 +371,10 @@ def run_gate(report: Path, server_log: Path, tag: str, config: Path = GATE_CONFI
     }
 
 
-def run_bench(out_file: Path, seed: int, num_prompts: int) -> dict[str, Any]:
-    cmd = [
+def bench_argv(out_file: Path, seed: int, num_prompts: int, input_len: int = 256, output_len: int = 128) -> list[str]:
+    """``sglang.bench_serving`` on the gate's workload: ``num_prompts`` random-id prompts of exactly
+    ``input_len`` tokens (range ratio 1.0), ``output_len`` out, all at once."""
+    return [
         sys.executable,
         "-m",
         "sglang.bench_serving",
@@ -390,13 +392,13 @@ def run_bench(out_file: Path, seed: int, num_prompts: int) -> dict[str, Any]:
         "random-ids",
         "--tokenize-prompt",
         "--random-input-len",
-        str(num_prompts),
+        str(input_len),
         "--random-output-len",
-        "128",
+        str(output_len),
         "--random-range-ratio",
         "1.0",
         "--num-prompts",
-        "256",
+        str(num_prompts),
         "--request-rate",
         "inf",
         "--seed",
@@ -407,6 +409,10 @@ def run_bench(out_file: Path, seed: int, num_prompts: int) -> dict[str, Any]:
         "--output-file",
         str(out_file),
     ]
+
+
+def run_bench(out_file: Path, seed: int, num_prompts: int) -> dict[str, Any]:
+    cmd = bench_argv(out_file, seed, num_prompts)
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=WORK, capture_output=True, text=True, check=False)
     took = time.monotonic() - start

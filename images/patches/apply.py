@@ -40,21 +40,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     a = sub.add_parser("apply", help="patch an installed or unpacked sglang tree")
-    a.add_argument(
-        "--root", required=True, type=Path, help="folder holding sglang/ (site-packages or unpacked wheel)"
-    )
+    a.add_argument("--root", required=True, type=Path, help="folder holding sglang/ (site-packages or unpacked wheel)")
     a.add_argument(
         "--patches-dir", type=Path, default=HERE, help="folder of */manifest.toml (default: beside this tool)"
     )
     a.add_argument("--sglang-version", help="override the version read from sglang-*.dist-info")
-    a.add_argument(
-        "--flashinfer-version", help="override the version read from flashinfer_python-*.dist-info"
-    )
+    a.add_argument("--flashinfer-version", help="override the version read from flashinfer_python-*.dist-info")
     a.add_argument("--cuda-version", default="unknown", help="recorded as cuda_version (e.g. 13.0)")
     a.add_argument("--engine", default="sglang", choices=["sglang", "test-engine"])
-    a.add_argument(
-        "--record", type=Path, help=f"write the patch record here (image builds: {DEFAULT_RECORD})"
-    )
+    a.add_argument("--record", type=Path, help=f"write the patch record here (image builds: {DEFAULT_RECORD})")
     a.add_argument("--expect", default="", help="fail unless the result equals this label (id=status,...)")
     a.add_argument("--check", action="store_true", help="decide and report, write nothing")
     a.add_argument("--json", action="store_true", help="print the record as JSON on stdout")

@@ -256,8 +256,7 @@ def evaluate(patch: Patch, root: Path, version: str) -> tuple[FixResult, dict[st
             return FixResult(patch.id, "upstream", message=f"fix found upstream in {hit}"), {}
         hint = ""
         if any(
-            (root / c.file).is_file() and c.old in (root / c.file).read_text(encoding="utf-8")
-            for c in patch.changes
+            (root / c.file).is_file() and c.old in (root / c.file).read_text(encoding="utf-8") for c in patch.changes
         ):
             hint = (
                 " (the unpatched code is still there: review the patch on this release and widen"
@@ -278,9 +277,7 @@ def evaluate(patch: Patch, root: Path, version: str) -> tuple[FixResult, dict[st
 
     files = sorted({c.file for c in changes})
     if all(c.new in texts[c.file] for c in changes):
-        return FixResult(
-            patch.id, "applied", files=files, message="already applied (marker found), no change"
-        ), {}
+        return FixResult(patch.id, "applied", files=files, message="already applied (marker found), no change"), {}
     hit = _upstream_hit(patch, root)
     if hit:
         return FixResult(patch.id, "upstream", message=f"fix found upstream in {hit}"), {}

@@ -63,3 +63,19 @@ def test_every_cache_variable_points_into_the_keyed_volume(rendered):
         "TVM_FFI_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR",
     }  # fmt: skip
     assert all(value.startswith(MOUNT + "/") for value in env.values()), env
+
+
+def test_bench_serving_gets_the_prompt_count_and_lengths_where_they_belong():
+    """The run that compared the gate with bench_serving at 1,024 prompts passed 1024 as the input
+    length and kept 256 prompts: each value must reach its own flag."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "real_sglang.py"
+    spec = importlib.util.spec_from_file_location("real_sglang", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    argv = mod.bench_argv(Path("/tmp/x.jsonl"), 3, 1024)
+    flag = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert (flag["--num-prompts"], flag["--random-input-len"], flag["--random-output-len"]) == ("1024", "256", "128")
+    assert (flag["--random-range-ratio"], flag["--seed"], flag["--request-rate"]) == ("1.0", "3", "inf")

@@ -27,15 +27,24 @@ URL = "http://127.0.0.1:9"  # never contacted: config errors stop the gate first
         ({"baseline": {"metrics": ["speed"]}}, "baseline.metrics[0]: must be one of: total_token_throughput"),
         ({"baseline": {"tolerance": 2}}, "baseline.tolerance: must be a number > 0 and <= 1 (got 2)"),
         ({"readiness": {"timeout_s": None}}, "readiness.timeout_s: must be a number > 0 and <= 86,400 (got None)"),
-        ({"thruput": {}}, "thruput: unknown key (allowed here: model, deadline_s, progress_interval_s, readiness, sampling, answers, throughput"),
+        (
+            {"thruput": {}},
+            "thruput: unknown key (allowed here: model, deadline_s, progress_interval_s, readiness, sampling, answers, throughput",
+        ),
         ({"logs": {"extra_signatures": [{"name": "x", "pattern": "("}]}}, "not a pattern RE2 accepts"),
-        ({"throughput": {"num_prompts": True}}, "throughput.num_prompts: must be a whole number > 0 and <= 100,000 (got True)"),
+        (
+            {"throughput": {"num_prompts": True}},
+            "throughput.num_prompts: must be a whole number > 0 and <= 100,000 (got True)",
+        ),
         ({"stability": {"enabled": "yes"}}, "stability.enabled: must be true or false (got 'yes')"),
         (
             {"throughput": {"min_total_tok_s": "100"}},
             "throughput.min_total_tok_s: must be a number > 0 and <= 1,000,000,000 (or null) (got '100')",
         ),
-        ({"readiness": {"timeout_s": float("inf")}}, "readiness.timeout_s: must be a finite number > 0 and <= 86,400 (got inf)"),
+        (
+            {"readiness": {"timeout_s": float("inf")}},
+            "readiness.timeout_s: must be a finite number > 0 and <= 86,400 (got inf)",
+        ),
         (
             {"stability": {"step_timeout_s": float("nan")}},
             "stability.step_timeout_s: must be a finite number > 0 and <= 86,400 (got nan)",
@@ -166,12 +175,18 @@ def test_shipped_configs_are_valid():
 # Whole messages, word for word: the operator reads exactly this line (substring checks let a
 # wrong bound, a lost "(or null)" or a wrong path slip through).
 EXACT = [
-    ({"throughput": {"num_prompts": 0}}, "gate config: throughput.num_prompts: must be a whole number > 0 and <= 100,000 (got 0)"),
+    (
+        {"throughput": {"num_prompts": 0}},
+        "gate config: throughput.num_prompts: must be a whole number > 0 and <= 100,000 (got 0)",
+    ),
     (
         {"throughput": {"warmup_requests": -1}},
         "gate config: throughput.warmup_requests: must be a whole number >= 0 and <= 1,024 (got -1)",
     ),
-    ({"throughput": {"seed": 1.5}}, "gate config: throughput.seed: must be a whole number >= 0 and <= 1,000,000,000 (got 1.5)"),
+    (
+        {"throughput": {"seed": 1.5}},
+        "gate config: throughput.seed: must be a whole number >= 0 and <= 1,000,000,000 (got 1.5)",
+    ),
     (
         {"throughput": {"max_concurrency": 0}},
         "gate config: throughput.max_concurrency: must be a whole number > 0 and <= 16,384 (or null) (got 0)",
@@ -192,7 +207,10 @@ EXACT = [
         {"single_stream": {"prompt": ""}},
         "gate config: single_stream.prompt: must be a string of at most 100,000 characters (must not be empty) (got '')",
     ),
-    ({"single_stream": {"prompt": 5}}, "gate config: single_stream.prompt: must be a string of at most 100,000 characters (got 5)"),
+    (
+        {"single_stream": {"prompt": 5}},
+        "gate config: single_stream.prompt: must be a string of at most 100,000 characters (got 5)",
+    ),
     (
         {"stability": {"concurrency": []}},
         "gate config: stability.concurrency: must be a non-empty list of at most 16 items; each item a whole number > 0 and <= 16,384 (got [])",
@@ -209,7 +227,10 @@ EXACT = [
         {"stability": {"health_timeout_s": float("-inf")}},
         "gate config: stability.health_timeout_s: must be a finite number > 0 and <= 86,400 (got -inf)",
     ),
-    ({"logs": {"context_lines": -2}}, "gate config: logs.context_lines: must be a whole number >= 0 and <= 50 (got -2)"),
+    (
+        {"logs": {"context_lines": -2}},
+        "gate config: logs.context_lines: must be a whole number >= 0 and <= 50 (got -2)",
+    ),
     (
         {"logs": {"extra_signatures": [{"name": "x"}]}},
         "gate config: logs.extra_signatures[0].pattern: required key is missing",
@@ -340,7 +361,10 @@ def test_every_field_has_a_rule_and_every_constraint_is_said():
 
     from validate.config import BOUNDS, GateConfig, _field_for, _rule, _unannotate
 
-    known = {getattr(annotated_types, a.capitalize()) for a, _ in BOUNDS} | {annotated_types.MinLen, annotated_types.MaxLen}
+    known = {getattr(annotated_types, a.capitalize()) for a, _ in BOUNDS} | {
+        annotated_types.MinLen,
+        annotated_types.MaxLen,
+    }
     seen = 0
     for loc, _info in _fields(GateConfig):
         ann, meta = _field_for(loc)

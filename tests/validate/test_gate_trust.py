@@ -75,7 +75,9 @@ def test_one_token_repeated_is_a_failed_request_in_every_phase(engine_factory, t
     assert not c["passed"] and c["measured"] == 8
     assert "degenerate answer: token id 0 repeated 32 times in a row (32 of 32 tokens): '!!!!" in c["message"]
     ss = _check(report, "single_stream.request")
-    assert ss["measured"] == "degenerate" and "the piece '!' repeated 40 times in a row (40 of 40 pieces)" in ss["message"]
+    assert (
+        ss["measured"] == "degenerate" and "the piece '!' repeated 40 times in a row (40 of 40 pieces)" in ss["message"]
+    )
     assert _check(report, "throughput.warmup")["measured"] == 1  # the warm-up's 32 tokens are judged too
     assert report["key_metrics"]["total_token_throughput"] == 0.0  # nothing counted from garbage
 
@@ -180,10 +182,12 @@ def test_the_overall_deadline_stops_the_gate_and_keeps_the_report(engine_factory
     cfg = {"deadline_s": 2, "throughput": {"timeout_s": 60}, "single_stream": {"enabled": False}}
     report, said = _gate(eng.url, tmp_path, cfg)
     assert time.monotonic() - t0 < 6
+    assert said[-1].startswith("FAILED stopped in phase throughput")
     assert report["stopped"] == {"phase": "throughput", "reason": "the gate's deadline_s (2s) passed"}
     c = _check(report, "gate.stopped")
     assert c["message"] == (
-        "FAILED stopped in phase throughput because the gate's deadline_s (2s) passed; the report holds what was measured"
+        "FAILED stopped in phase throughput because the gate's deadline_s (2s) passed; "
+        "the report holds what was measured"
     )
     assert report["phases"]["sampler_warmup"]["ok"] is True  # what finished before is kept
     assert report["skipped"][-2] == "throughput: stopped, the gate's deadline_s (2s) passed"
@@ -214,7 +218,10 @@ def test_sigterm_writes_the_report_with_where_it_stopped(engine_factory, tmp_pat
     assert proc.returncode == 1, "".join(lines) + rest
     report = json.loads((out / "report.json").read_text())
     assert report["stopped"] == {"phase": "throughput", "reason": "it received SIGTERM"}
-    assert "gate.stopped" in report["failed_checks"] and "**Stopped** in phase throughput" in (out / "summary.md").read_text()
+    assert (
+        "gate.stopped" in report["failed_checks"]
+        and "**Stopped** in phase throughput" in (out / "summary.md").read_text()
+    )
 
 
 def test_probes_pass_on_the_expected_text_and_fail_without_it(engine_factory, tmp_path):
@@ -289,8 +296,16 @@ def test_a_missing_container_is_a_usage_error(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "gate.yml"
     cfg.write_text("{}")
     code, _, err = run_gate(
-        capsys, "gate", "--url", "http://127.0.0.1:9", "--config", str(cfg), "--report", str(tmp_path / "r"),
-        "--log", "docker:sglang",
+        capsys,
+        "gate",
+        "--url",
+        "http://127.0.0.1:9",
+        "--config",
+        str(cfg),
+        "--report",
+        str(tmp_path / "r"),
+        "--log",
+        "docker:sglang",
     )
     assert code == 2 and err.strip() == "--log docker:sglang: no such container (Error: No such object: sglang)"
     assert argv.read_text().split() == ["inspect", "--format", "{{.State.Status}}", "sglang"]

@@ -1,0 +1,96 @@
+"""The answer rule (validate/answers.py) on what a real SGLang server streamed, and on garbage shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from validate.answers import AnswerRule, degenerate, longest_run, reference_prompts
+from validate.metrics import Spread
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03"
+RULE = AnswerRule(min_tokens=8, max_repeat_fraction=0.5)  # 8: the recorded answers are 12 tokens long
+
+
+def _events(name: str) -> list[dict]:
+    raw = (FIX / name).read_text()
+    return [json.loads(e[len("data: ") :]) for e in raw.split("\n\n") if e.startswith("data: {")]
+
+
+def test_real_sglang_answers_are_answers():
+    """Random-weight Llama on an H200 (SGLang 0.5.17): varied text, varied ids: not degenerate."""
+    for name in ("generate_input_ids.sse", "generate_text.sse"):
+        last = _events(name)[-1]
+        ids, text = last["output_ids"], last["text"]
+        assert len(ids) == 12 and last["meta_info"]["completion_tokens"] == 12
+        assert degenerate(RULE, len(ids), text, ids) == ""
+    pieces = [
+        (c["delta"].get("content") or "")
+        for e in _events("chat_completions.sse")
+        for c in e.get("choices") or []
+        if c["delta"].get("content")
+    ]
+    assert len(pieces) >= 8 and degenerate(RULE, len(pieces), "".join(pieces), None, pieces) == ""
+
+
+@pytest.mark.parametrize(
+    ("tokens", "text", "ids", "pieces", "why"),
+    [
+        (
+            32,
+            "!" * 32,
+            [0] * 32,
+            None,
+            "token id 0 repeated 32 times in a row (32 of 32 tokens): '!!!!!!!!!!!!!!!!!!!!!!!!...'",
+        ),
+        (32, "", [5] * 32, None, "32 tokens but no text"),
+        (32, "   \n  ", list(range(32)), None, "32 tokens but no text"),
+        (20, "\ufffd" * 11 + "abcdefghi", list(range(20)), None, "not decodable: 11 of 20 characters are U+FFFD"),
+        (40, "!" * 40, None, ["!"] * 40, "the piece '!' repeated 40 times in a row (40 of 40 pieces)"),
+        (
+            20,
+            "a b " + "x" * 16,
+            None,
+            None,
+            "the character 'x' repeated 16 times in a row (16 of 18 characters): 'a b xxxxxxxxxxxxxxxx'",
+        ),
+        # a loop that takes 17 of 32 tokens: over the half
+        (
+            32,
+            "t" * 32,
+            list(range(15)) + [7] * 17,
+            None,
+            "token id 7 repeated 17 times in a row (17 of 32 tokens): 'tttttttttttttttttttttttt...'",
+        ),
+    ],
+)
+def test_garbage_is_degenerate(tokens, text, ids, pieces, why):
+    assert degenerate(AnswerRule(16, 0.5), tokens, text, ids, pieces) == why
+
+
+def test_the_rule_leaves_short_answers_and_honest_repeats_alone():
+    rule = AnswerRule(16, 0.5)
+    assert degenerate(rule, 15, "", [0] * 15) == ""  # below min_tokens: too short to tell
+    assert degenerate(rule, 32, "x" * 32, list(range(16)) + [7] * 16) == ""  # exactly half: allowed
+    honest = [1, 2, 2, 2, 3, 4, 5, 5, 6, 7, 8, 9, 9, 9, 10, 11]  # runs of 3 at most, as measured on real SGLang
+    assert degenerate(rule, 16, "Count 1, 2, 3 ...", honest) == ""
+    assert degenerate(rule, 20, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11", None, [f"{i}, " for i in range(20)]) == ""
+    assert longest_run([]) == (0, None) and longest_run("abbbc") == (3, "b") and longest_run([1]) == (1, 1)
+
+
+def test_the_reference_prompts_are_a_few_hundred_characters():
+    prompts = reference_prompts()
+    assert len(prompts) == 8 and len(set(prompts)) == 8
+    assert 150 < sum(len(p) for p in prompts) < 1500
+
+
+def test_the_judged_spread_is_the_middle_half_from_four_runs():
+    three = Spread.of([100.0, 110.0, 80.0])
+    assert three.n == 3 and three.judged == pytest.approx(30 / 100)
+    seven = Spread.of([100.0, 101.0, 99.0, 100.0, 102.0, 98.0, 60.0])  # one disturbed run of seven
+    assert seven.spread == pytest.approx(42 / 100) and seven.judged == pytest.approx(
+        (100.5 - 98.5) / 100
+    )  # numpy linear quartiles
+    assert Spread.of([0.0, 0.0]).judged is None
