@@ -8,13 +8,16 @@ real logs. Its text is noise; its shapes, timings and failures are SGLang's. The
 
 A chat template is set so ``/v1/chat/completions`` works like on a real chat model.
 
-Usage: python make_model.py OUT_DIR [--tiny]   (--tiny: a few MB, for a CPU check of this script)
+Usage: python make_model.py OUT_DIR [--tiny] [--seed N --tokenizer-from DIR]
+(--tiny: a few MB, for a CPU check of this script; --seed with --tokenizer-from: the same shape and
+token ids with other weights, the model the reference-answers check must fail)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import sysconfig
 import time
@@ -60,7 +63,7 @@ def build_tokenizer(out: Path, vocab_size: int, corpus_bytes: int) -> None:
     fast.save_pretrained(out)
 
 
-def build_model(out: Path, vocab_size: int, tiny: bool) -> int:
+def build_model(out: Path, vocab_size: int, tiny: bool, seed: int = 0) -> int:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -86,7 +89,7 @@ def build_model(out: Path, vocab_size: int, tiny: bool) -> int:
         **size,
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     with torch.device(device):
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
@@ -97,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="weights seed (another seed: other weights)")
+    parser.add_argument(
+        "--tokenizer-from", type=Path, help="copy this model's tokenizer (same token ids) instead of training one"
+    )
     args = parser.parse_args(argv)
     if (args.out / "config.json").exists() and (args.out / "tokenizer.json").exists():
         print(f"model already at {args.out}")
@@ -104,9 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     vocab = 1000 if args.tiny else 32000
     start = time.monotonic()
-    build_tokenizer(args.out, vocab, 2_000_000 if args.tiny else 20_000_000)
+    if args.tokenizer_from:
+        for f in args.tokenizer_from.iterdir():
+            if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+                shutil.copy(f, args.out / f.name)
+    else:
+        build_tokenizer(args.out, vocab, 2_000_000 if args.tiny else 20_000_000)
     t_tok = time.monotonic() - start
-    params = build_model(args.out, vocab, args.tiny)
+    params = build_model(args.out, vocab, args.tiny, args.seed)
     size = sum(p.stat().st_size for p in args.out.iterdir())
     print(
         json.dumps(

@@ -89,8 +89,11 @@ def save_results() -> None:
 class Server:
     """launch_server from one rendering, its log in a file, the volume behind the mount path."""
 
-    def __init__(self, rendering: str, log_name: str) -> None:
+    def __init__(self, rendering: str, log_name: str, model: Path | None = None) -> None:
         self.spec = json.loads((CARRY / f"rendered-{rendering}.json").read_text())
+        if model is not None:  # the same rendering serving other weights (the reference-answers check)
+            cmd = self.spec["command"]
+            cmd[cmd.index("--model-path") + 1] = str(model)
         self.log_path = WORK / log_name
         self.proc: subprocess.Popen[bytes] | None = None
         mount = self.spec["mounts"][0]
@@ -332,7 +335,9 @@ def stage_cache() -> None:
 
 
 # --------------------------------------------------------------------------- gate vs bench_serving
-def run_gate(report: Path, server_log: Path, tag: str, config: Path = GATE_CONFIG) -> dict[str, Any]:
+def run_gate(
+    report: Path, server_log: Path, tag: str, config: Path = GATE_CONFIG, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
@@ -348,6 +353,7 @@ def run_gate(report: Path, server_log: Path, tag: str, config: Path = GATE_CONFI
         str(server_log),
         "--label",
         f"run={tag}",
+        *extra,
     ]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -367,6 +373,13 @@ def run_gate(report: Path, server_log: Path, tag: str, config: Path = GATE_CONFI
         "spread": tp.get("spread", {}),
         "failure_reasons": tp.get("failure_reasons", {}),
         "single_stream": data["phases"].get("single_stream"),
+        "reference": data["phases"].get("reference"),
+        "key_metrics": data.get("key_metrics"),
+        "checks": {
+            c["name"]: c["message"]
+            for c in data["checks"]
+            if not c["passed"] or c["name"].startswith(("baseline.", "answers.", "throughput.spread"))
+        },
         "stderr_tail": proc.stderr[-2000:],
     }
 
@@ -552,6 +565,106 @@ def stage_overflow() -> None:
     save_results()
 
 
+# --------------------------------------------------------------------------- what a PASS means
+OTHER_MODEL = Path("/models/random-llama-0.9b-seed1")  # same shape and tokenizer, other weights
+BASELINE = WORK / "trust-baseline.json"
+CALIBRATION_PROMPTS = [
+    "The capital of France is",
+    "Write a short story about a lighthouse keeper.",
+    "Explain how a hash table works.",
+    "def quicksort(items):",
+    "List the planets of the solar system.",
+    "Count from 1 to 100",
+    "Translate to French: the weather is nice today.",
+    "What is the meaning of life?",
+]
+
+
+def calibrate_answers(dest: Path) -> dict[str, Any]:
+    """What the model honestly answers to plain prompts (greedy and sampled): distinct tokens and
+    the longest back-to-back repeat, and the gate's own answer rule on each (validate/answers.py)."""
+    from validate.answers import AnswerRule, degenerate, longest_run
+
+    rule = AnswerRule()
+    rows = []
+    for prompt in CALIBRATION_PROMPTS:
+        for name, params in (("greedy", {"temperature": 0.0}), ("sampled", {"temperature": 1.0, "top_p": 0.95})):
+            body = {"text": prompt, "sampling_params": {"max_new_tokens": 64, "ignore_eos": True, **params}}
+            d = requests.post(URL + "/generate", json=body, timeout=120).json()
+            ids, text = d["output_ids"], d["text"]
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "sampling": name,
+                    "output_ids": ids,
+                    "text": text,
+                    "distinct": len(set(ids)),
+                    "longest_run": longest_run(ids)[0],
+                    "degenerate": degenerate(rule, len(ids), text, ids),
+                }
+            )
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "honest_answers.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return {
+        "answers": len(rows),
+        "distinct_min": min(r["distinct"] for r in rows),
+        "distinct_max": max(r["distinct"] for r in rows),
+        "longest_run_max": max(r["longest_run"] for r in rows),
+        "judged_degenerate": sum(1 for r in rows if r["degenerate"]),
+    }
+
+
+def gate_series(res: dict[str, Any], key: str, server: Server, n: int, first_records: bool) -> None:
+    """``n`` gates in a row on one server against the group baseline (the first may record it)."""
+    gates = res.setdefault(key, [])
+    for i in range(1, n + 1):
+        extra = ("--baseline", str(BASELINE), "--model", "random-llama-0.9b")
+        if first_records and i == 1:
+            extra += ("--update-baseline",)
+        gates.append(run_gate(WORK / f"gate-{key}-{i}", server.log_path, f"{key}-{i}", GATE_CONFIG, extra))
+        pack()  # what is measured comes back even if the call runs out of time
+    res[f"{key}_verdicts"] = [g["verdict"] for g in gates]
+    log(f"{key}: {res[f'{key}_verdicts']}")
+
+
+def stage_trust_healthy(n: int) -> None:
+    """Honest answers recorded; ``n`` gates on one healthy server (the first writes the group baseline)."""
+    res = RESULTS.setdefault("trust", {})
+    server = Server("serve", "server-trust.log")
+    server.start()
+    res["ready_s"] = server.wait_ready()
+    first_requests()
+    res["calibration"] = calibrate_answers(WORK / "fixtures")
+    log(f"calibration: {res['calibration']}")
+    if BASELINE.exists():
+        BASELINE.unlink()
+    gate_series(res, "healthy", server, n, first_records=True)
+    server.stop()
+    shutil.copy(BASELINE, WORK / "fixtures" / "trust-baseline.json")
+    save_results()
+
+
+def stage_trust_faults(n: int) -> None:
+    """The same group baseline: ``n`` gates on a slower server, one on other weights."""
+    res = RESULTS.setdefault("trust", {})
+    carried = CARRY / "trust-baseline.json"
+    if not BASELINE.exists() and carried.exists():
+        shutil.copy(carried, BASELINE)
+    server = Server("slow", "server-slow.log")
+    server.start()
+    res["slow_ready_s"] = server.wait_ready()
+    first_requests()
+    gate_series(res, "slow", server, n, first_records=False)
+    server.stop()
+    other = Server("serve", "server-other.log", model=OTHER_MODEL)
+    other.start()
+    res["other_ready_s"] = other.wait_ready()
+    first_requests()
+    gate_series(res, "other_weights", other, 1, first_records=False)
+    other.stop()
+    save_results()
+
+
 # --------------------------------------------------------------------------- main
 def pack() -> None:
     """results.json and one tar of fixtures, logs and gate reports into $OUT (8 files at most)."""
@@ -571,7 +684,8 @@ def pack() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stages", nargs="+", choices=["cache", "compare", "overflow"])
+    parser.add_argument("stages", nargs="+", choices=["cache", "compare", "overflow", "trust-healthy", "trust-faults"])
+    parser.add_argument("--gates", type=int, default=10, help="trust-*: gates in a row per server")
     parser.add_argument("--rounds", type=int, default=3, help="gate / bench_serving alternations")
     parser.add_argument("--num-prompts", type=int, default=256, help="compare: prompts per run (reference: 256)")
     args = parser.parse_args(argv)
@@ -587,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
                 "cache": stage_cache,
                 "compare": lambda: stage_compare(args.rounds, args.num_prompts),
                 "overflow": stage_overflow,
+                "trust-healthy": lambda: stage_trust_healthy(args.gates),
+                "trust-faults": lambda: stage_trust_faults(args.gates),
             }[stage]()
             RESULTS.setdefault("stage_seconds", {})[stage] = round(time.monotonic() - start, 1)
     except Exception as exc:  # the device call must still bring back what was measured

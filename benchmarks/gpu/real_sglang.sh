@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent H200 (the device tool), from the repository root, with .device/carry carried:
 #   bash benchmarks/gpu/real_sglang.sh cache compare overflow
+#   bash benchmarks/gpu/real_sglang.sh trust-healthy      then   trust-faults (with the baseline carried back)
 # Installs the carry set (benchmarks/gpu/prepare_carry.py) into /tmp/site unless that very set is there,
 # builds the tokenizer and the random-weight Llama unless they are there (make_model.py), and runs
 # the stages of real_sglang.py. What comes back: $OUT/results.json, $OUT/fixtures.tar.gz,
@@ -25,6 +26,10 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 ln -sfn "$RS_WORK/models" /models || exit 1
 "$PYTHON" benchmarks/gpu/make_model.py /models/random-llama-0.9b 2>&1 | grep -v -i "warn" | tail -2 | tee -a "$OUT/driver.log"
+case " $* " in *" trust-faults "*)  # the same shape and tokenizer with other weights (answers.reference must fail)
+  "$PYTHON" benchmarks/gpu/make_model.py /models/random-llama-0.9b-seed1 --seed 1 \
+    --tokenizer-from /models/random-llama-0.9b 2>&1 | grep -v -i "warn" | tail -2 | tee -a "$OUT/driver.log" ;;
+esac
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$OUT/driver.log"
 "$PYTHON" -c 'import sglang, flashinfer, torch, transformers; print("sglang", sglang.__version__, "flashinfer", flashinfer.__version__, "torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1 | tee -a "$OUT/driver.log"
 "$PYTHON" benchmarks/gpu/real_sglang.py "$@" 2>&1 | tee -a "$OUT/driver.log"
