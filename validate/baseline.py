@@ -46,6 +46,7 @@ class Reference(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     how: str = ""
     answers: dict[str, Any] | None = None  # the group's reference answers (validate/answers.py)
+    noise: dict[str, float | None] = Field(default_factory=dict)  # each key metric's relative standard error
 
 
 class BaselineFile(BaseModel):
@@ -78,6 +79,7 @@ def reference_of(report: dict[str, Any], how: str) -> Reference:
         labels=report.get("labels") or {},
         how=how,
         answers=report.get("reference_answers"),
+        noise=report.get("key_noise") or {},
     )
 
 

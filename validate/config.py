@@ -80,6 +80,7 @@ class ThroughputConfig(_Section):
     repeats: Annotated[int, Field(gt=0, le=20)] = 3
     max_repeats: Annotated[int, Field(gt=0, le=20)] = 7
     max_spread: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.10
+    flush_cache: bool = True  # POST /flush_cache before each run: every run starts from the same server state
     min_total_tok_s: PosFloat | None = None
     min_output_tok_s: PosFloat | None = None
     max_p99_ttft_ms: PosFloat | None = None
@@ -100,6 +101,7 @@ class SingleStreamConfig(_Section):
     prompt: str = Field(default="Count from 1 to 100", min_length=1, max_length=MAX_PROMPT_CHARS)
     max_tokens: Tokens = 500
     timeout_s: Timeout = 300.0
+    repeats: Annotated[int, Field(gt=0, le=9)] = 3  # the decode speed is the median of the repeats
     min_decode_tok_s: PosFloat | None = None
     max_ttft_ms: PosFloat | None = None
 
@@ -182,6 +184,10 @@ class AnswersConfig(_Section):
 
 class BaselineConfig(_Section):
     tolerance: Annotated[float, Field(gt=0, le=1)] = 0.95
+    # the regression rule widens the allowed drop to noise_z x the measured noise of the two medians,
+    # never beyond max_drop (validate/README.md, "Noise")
+    noise_z: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 2.0
+    max_drop: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.15
     metrics: list[BaselineMetric] = Field(
         default_factory=lambda: [
             "total_token_throughput",

@@ -26,7 +26,7 @@ from .client import make_session
 from .config import GateConfig
 from .limits import raise_open_files
 from .logscan import DOCKER_PREFIX, LogScanResult, container_log_path, fetch_container_log, scan_logs
-from .metrics import METRIC_DEFINITIONS
+from .metrics import KEY_METRICS, METRIC_DEFINITIONS
 from .phases import Measurements, Measurer, StabilityStep
 from .serverinfo import TEST_ENGINE_NOTE
 
@@ -61,8 +61,20 @@ def key_metrics(tp: dict[str, Any] | None, ss: dict[str, Any] | None) -> dict[st
     }
 
 
+def key_noise(tp: dict[str, Any] | None, ss: dict[str, Any] | None) -> dict[str, float | None]:
+    """How much each key metric's median could move by chance: its runs' relative standard error."""
+    spread = (tp or {}).get("spread") or {}
+    out = {k: (spread.get(k) or {}).get("noise") for k in KEY_METRICS}
+    out["single_stream_decode_tok_s"] = (ss or {}).get("noise")
+    return out
+
+
 def compare_baseline(
-    path: str | None, engine: str, config: GateConfig, now: dict[str, float | None]
+    path: str | None,
+    engine: str,
+    config: GateConfig,
+    now: dict[str, float | None],
+    noise: dict[str, float | None] | None = None,
 ) -> tuple[dict[str, Any], list[Check]]:
     """Read the group's reference now (after the load: a wave's first gate may have written it) and compare."""
     info: dict[str, Any] = {"path": path, "used": False}
@@ -87,7 +99,7 @@ def compare_baseline(
     if changed:
         info["note"] = "baseline measured a different workload, not compared (" + "; ".join(changed) + ")"
         return info, []
-    checks = judge.baseline(ref.key_metrics, now, config)
+    checks = judge.baseline(ref.key_metrics, now, config, ref.noise, noise or {})
     info.update(
         used=True,
         note=f"compared with the group's reference from {ref.started_at or 'unknown time'} ({ref.how})",
@@ -343,7 +355,8 @@ class Gate:
         tp = self.m.throughput.to_dict() if self.m.throughput and self.m.throughput.runs else None
         ss = self.m.single_stream.to_dict() if self.m.single_stream else None
         km = key_metrics(tp, ss)
-        base_info, base_checks = compare_baseline(self.o.baseline_path, engine, self.c, km)
+        kn = key_noise(tp, ss)
+        base_info, base_checks = compare_baseline(self.o.baseline_path, engine, self.c, km, kn)
         self._add(*base_checks)
         m = self.m
         phases: dict[str, Any] = {
@@ -384,6 +397,7 @@ class Gate:
             "failed_checks": [c.name for c in self.checks if not c.passed],
             "skipped": self.skipped,
             "key_metrics": km,
+            "key_noise": kn,
             "reference_answers": m.reference.recorded if m.reference and m.reference.recorded else None,
             "baseline": base_info,
             "phases": {k: v for k, v in phases.items() if v is not None},

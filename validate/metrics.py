@@ -275,13 +275,17 @@ class Spread:
     spread: float | None  # (max - min) / median; None when the median is 0
     n: int = 1
     middle: float | None = None  # (75th - 25th percentile) / median: the spread of the middle half
+    noise: float | None = None  # relative standard error of the median (None for one value)
 
     @classmethod
     def of(cls, values: list[float]) -> Spread:
         med = float(np.median(values))
         lo, hi = float(min(values)), float(max(values))
         q1, q3 = (float(q) for q in np.percentile(values, [25, 75]))
-        return cls(med, lo, hi, (hi - lo) / med if med else None, len(values), (q3 - q1) / med if med else None)
+        n = len(values)
+        # standard error of a median: sqrt(pi/2) x sd / sqrt(n), relative to the median
+        noise = 1.2533 * float(np.std(values, ddof=1)) / med / n**0.5 if med and n > 1 else None
+        return cls(med, lo, hi, (hi - lo) / med if med else None, n, (q3 - q1) / med if med else None, noise)
 
     @property
     def judged(self) -> float | None:

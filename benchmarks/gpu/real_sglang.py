@@ -665,6 +665,40 @@ def stage_trust_faults(n: int) -> None:
     save_results()
 
 
+def stage_trust_answers() -> None:
+    """The reference-answers check alone (no load phases, so no noise decides the verdict): the
+    first gate of the group records the answers, the same server passes, other weights fail."""
+    import yaml
+
+    res = RESULTS.setdefault("trust", {})
+    data = yaml.safe_load(GATE_CONFIG.read_text())
+    data["throughput"]["enabled"] = False
+    data["single_stream"]["enabled"] = False
+    config = WORK / "gate-answers.yml"
+    config.write_text(yaml.safe_dump(data))
+    if BASELINE.exists():
+        BASELINE.unlink()
+    extra = ("--baseline", str(BASELINE), "--model", "random-llama-0.9b")
+    server = Server("serve", "server-answers.log")
+    server.start()
+    res["answers_ready_s"] = server.wait_ready()
+    first_requests()
+    gates = res.setdefault("answers", [])
+    for i in range(1, 3):
+        more = ("--update-baseline",) if i == 1 else ()
+        gates.append(run_gate(WORK / f"gate-answers-{i}", server.log_path, f"answers-{i}", config, extra + more))
+        pack()
+    server.stop()
+    other = Server("serve", "server-other.log", model=OTHER_MODEL)
+    other.start()
+    res["other_ready_s"] = other.wait_ready()
+    gates.append(run_gate(WORK / "gate-answers-other", other.log_path, "answers-other", config, extra))
+    other.stop()
+    res["answers_verdicts"] = [g["verdict"] for g in gates]
+    log(f"answers: {res['answers_verdicts']}")
+    save_results()
+
+
 # --------------------------------------------------------------------------- main
 def pack() -> None:
     """results.json and one tar of fixtures, logs and gate reports into $OUT (8 files at most)."""
@@ -684,7 +718,9 @@ def pack() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stages", nargs="+", choices=["cache", "compare", "overflow", "trust-healthy", "trust-faults"])
+    parser.add_argument(
+        "stages", nargs="+", choices=["cache", "compare", "overflow", "trust-healthy", "trust-faults", "trust-answers"]
+    )
     parser.add_argument("--gates", type=int, default=10, help="trust-*: gates in a row per server")
     parser.add_argument("--rounds", type=int, default=3, help="gate / bench_serving alternations")
     parser.add_argument("--num-prompts", type=int, default=256, help="compare: prompts per run (reference: 256)")
@@ -703,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
                 "overflow": stage_overflow,
                 "trust-healthy": lambda: stage_trust_healthy(args.gates),
                 "trust-faults": lambda: stage_trust_faults(args.gates),
+                "trust-answers": stage_trust_answers,
             }[stage]()
             RESULTS.setdefault("stage_seconds", {})[stage] = round(time.monotonic() - start, 1)
     except Exception as exc:  # the device call must still bring back what was measured

@@ -26,7 +26,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 ln -sfn "$RS_WORK/models" /models || exit 1
 "$PYTHON" benchmarks/gpu/make_model.py /models/random-llama-0.9b 2>&1 | grep -v -i "warn" | tail -2 | tee -a "$OUT/driver.log"
-case " $* " in *" trust-faults "*)  # the same shape and tokenizer with other weights (answers.reference must fail)
+case " $* " in *" trust-faults "*|*" trust-answers "*)  # the same shape and tokenizer with other weights (answers.reference must fail)
   "$PYTHON" benchmarks/gpu/make_model.py /models/random-llama-0.9b-seed1 --seed 1 \
     --tokenizer-from /models/random-llama-0.9b 2>&1 | grep -v -i "warn" | tail -2 | tee -a "$OUT/driver.log" ;;
 esac
