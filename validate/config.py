@@ -237,7 +237,7 @@ class ConfigError(Exception):
 
 # The constraints the fields use, as the message says them (tests/validate/test_config_errors.py
 # checks every field's constraints are among these).
-BOUNDS = (("gt", ">"), ("ge", ">="), ("le", "<="))
+BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
 TYPE_WORDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
 
 

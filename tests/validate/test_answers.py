@@ -11,6 +11,7 @@ from validate.answers import AnswerRule, degenerate, longest_run, reference_prom
 from validate.metrics import Spread
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03"
+PROOF = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-04"
 RULE = AnswerRule(min_tokens=8, max_repeat_fraction=0.5)  # 8: the recorded answers are 12 tokens long
 
 
@@ -94,3 +95,49 @@ def test_the_judged_spread_is_the_middle_half_from_four_runs():
         (100.5 - 98.5) / 100
     )  # numpy linear quartiles
     assert Spread.of([0.0, 0.0]).judged is None
+
+
+def test_every_honest_answer_of_the_real_server_passes_the_default_rule():
+    """16 answers of 64 tokens (greedy and sampled, 8 plain prompts) that real SGLang 0.5.17 gave on
+    the H200: the greedy ones of a random-weight model loop a little (up to 13 in a row), none is
+    near half of its answer; the garbage shape (one id over the whole answer) is."""
+    rows = json.loads((PROOF / "honest_answers.json").read_text())
+    assert len(rows) == 16 and {r["sampling"] for r in rows} == {"greedy", "sampled"}
+    runs = []
+    for r in rows:
+        assert len(r["output_ids"]) == 64
+        assert degenerate(AnswerRule(), 64, r["text"], r["output_ids"]) == "", r["prompt"]
+        runs.append(longest_run(r["output_ids"])[0])
+    assert max(runs) == 13 and min(len(set(r["output_ids"])) for r in rows) == 28
+    half = rows[0]["output_ids"][:32] + [0] * 32  # half an honest answer, then token 0: exactly half is allowed
+    assert degenerate(AnswerRule(), 64, "x" * 64, half) == ""
+    assert degenerate(AnswerRule(), 64, "x" * 64, rows[0]["output_ids"][:31] + [0] * 33).startswith(
+        "token id 0 repeated 33 times in a row (33 of 64 tokens)"
+    )
+
+
+def test_the_reference_check_on_what_real_sglang_scored():
+    """The three gates of docs/real-sglang-h200.md: the first recorded, the same server scored the
+    same answers identically, a model of the same shape with other weights moved 3.6-4.1 nats/token."""
+    from validate.answers import ReferenceResult, judge_reference
+    from validate.config import parse_config
+
+    reports = {n: json.loads((PROOF / f"gate-answers-{n}.report.json").read_text()) for n in ("1", "2", "other")}
+    recorded = reports["1"]["reference_answers"]["answers"]
+    assert len(recorded) == 8 and all(len(a["answer_ids"]) == 32 == len(a["logprobs"]) for a in recorded)
+    assert recorded[0]["prompt"] == "The capital of France is" and recorded[0]["prompt_ids"] == [
+        1447,
+        5197,
+        399,
+        22200,
+        330,
+    ]
+    cfg = parse_config({})
+    for name, verdict in (("2", True), ("other", False)):
+        ref = reports[name]["phases"]["reference"]
+        res = ReferenceResult("compared", deltas=ref["deltas"], divergence=ref["first_divergence"])
+        check = judge_reference(res, cfg)
+        assert check.passed is verdict and reports[name]["verdict"] == ("pass" if verdict else "fail")
+    other = reports["other"]["phases"]["reference"]
+    assert min(other["deltas"]) > 3.5 and other["first_divergence"] == [0] * 8
+    assert reports["2"]["phases"]["reference"]["deltas"] == [0.0] * 8

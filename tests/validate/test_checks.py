@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from validate import checks as judge
@@ -88,11 +89,11 @@ def test_threshold_floor_and_ceiling_edges():
 
 def test_single_stream_failure_and_decode_speed():
     fail = _bad("error_event", "server error in stream: boom")
-    [c] = judge.single_stream(SingleStream(fail, 10), parse_config({}))
+    [c] = judge.single_stream(SingleStream([fail], 10), parse_config({}))
     assert c.name == "single_stream.request" and not c.passed and "(error_event)" in c.message
     # 11 tokens, TTFT 0.5 s, E2E 1.5 s -> 10 tokens in 1 s
     ok = RequestResult(success=True, output_len=11, ttft=0.5, latency=1.5, text_chars=5)
-    ss = SingleStream(ok, 10)
+    ss = SingleStream([ok], 10)
     assert ss.decode_tok_s == pytest.approx(10.0)
     cs = judge.single_stream(ss, parse_config({"single_stream": {"min_decode_tok_s": 30, "max_ttft_ms": 400}}))
     assert [(c.name, c.passed, c.measured) for c in cs] == [
@@ -290,3 +291,45 @@ def test_stability_step_messages_name_the_deadline_and_the_reasons():
     )
     dead = StabilityStep(1, 2, 16, 4, load=lr, health=None)
     assert "/health after the step: not probed" in judge.stability_step(dead, cfg).message
+
+
+def test_single_stream_repeats_report_the_median_and_the_first_failure():
+    def lone(e2e: float) -> RequestResult:  # 11 tokens after a 0.5 s TTFT: 10 / (e2e - 0.5) tok/s
+        return RequestResult(success=True, output_len=11, ttft=0.5, latency=e2e, text_chars=5)
+
+    ss = SingleStream([lone(1.5), lone(0.75), lone(2.5)], 10)  # 10, 40 and 5 tok/s
+    assert ss.decode_tok_s == pytest.approx(10.0) and ss.request.latency == 1.5
+    d = ss.to_dict()
+    assert d["repeats"] == 3 and d["decode_tok_s_runs"] == [10.0, 40.0, 5.0] and d["decode_tok_s"] == 10.0
+    assert d["noise"] == pytest.approx(1.2533 * float(np.std([10, 40, 5], ddof=1)) / 10 / 3**0.5)
+    broken = SingleStream([lone(1.5), _bad("timeout", "late")], 10)
+    assert broken.request.failure == "timeout" and broken.decode_tok_s == 0.0 and broken.spread is None
+
+
+@pytest.mark.parametrize(
+    ("ref_noise", "now_noise", "drop", "why"),
+    [
+        (None, None, 0.05, "allowed drop 5.0%: 1 - tolerance"),
+        (0.01, 0.01, 0.05, "allowed drop 5.0%: 1 - tolerance"),  # 2 x 1.4 % is below the floor
+        (0.03, 0.04, 0.10, "allowed drop 10.0%: 2 x measured noise 5.0%, at most 15%"),
+        (0.09, 0.12, 0.15, "allowed drop 15.0%: 2 x measured noise 15.0%, at most 15%"),  # capped
+    ],
+)
+def test_the_allowed_drop_follows_the_measured_noise_up_to_max_drop(ref_noise, now_noise, drop, why):
+    got, text = judge.allowed_drop(parse_config({}), ref_noise, now_noise)
+    assert got == pytest.approx(drop) and text == why
+
+
+def test_a_noisy_healthy_median_passes_and_a_slower_one_fails_against_the_same_reference():
+    """Figures of one idle H200 (docs/real-sglang-h200.md): reference 46,883 tok/s (noise 0.9 %)."""
+    cfg = parse_config({"baseline": {"metrics": ["total_token_throughput"]}})
+    ref, ref_noise = {"total_token_throughput": 46883.0}, {"total_token_throughput": 0.009}
+    [ok] = judge.baseline(ref, {"total_token_throughput": 40502.0}, cfg, ref_noise, {"total_token_throughput": 0.082})
+    assert ok.passed and ok.required == pytest.approx(46883 * 0.85, rel=1e-4)  # 2 x 8.3 % noise, capped at 15 %
+    [slow] = judge.baseline(ref, {"total_token_throughput": 37000.0}, cfg, ref_noise, {"total_token_throughput": 0.082})
+    assert not slow.passed and slow.message.startswith("FAILED regression: total_token_throughput: 37,000.0 tok/s")
+    [quiet] = judge.baseline(ref, {"total_token_throughput": 43000.0}, cfg, ref_noise, {"total_token_throughput": 0.01})
+    assert not quiet.passed and quiet.required == pytest.approx(46883 * 0.95, rel=1e-4)  # quiet runs: 5 % only
+    lat_cfg = parse_config({"baseline": {"metrics": ["p99_ttft_ms"]}})
+    [lat] = judge.baseline({"p99_ttft_ms": 100.0}, {"p99_ttft_ms": 110.0}, lat_cfg, {"p99_ttft_ms": 0.05}, {})
+    assert lat.passed and lat.op == "<=" and lat.required == pytest.approx(100 / 0.9)

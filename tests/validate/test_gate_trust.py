@@ -129,9 +129,9 @@ def test_a_server_serving_another_model_fails_and_stops(engine_factory, tmp_path
 
 
 def test_a_restart_during_the_warm_ups_fails_server_restarted(engine_factory, tmp_path):
-    # the engine "restarts" (new seed and start time, a start banner, a second of 503s) at its third
-    # request (after the sampler warm-up and the single stream): the throughput's warm-up
-    eng = engine_factory(*FAST, "--engine-fault", "restart_after:2")
+    # the engine "restarts" (new seed and start time, a start banner, a second of 503s) at its fifth
+    # request (after the sampler warm-up and the three single streams): the throughput's warm-up
+    eng = engine_factory(*FAST, "--engine-fault", "restart_after:4")
     report, _ = _gate(eng.url, tmp_path, logs=[str(eng.log)])
     c = _check(report, "server.restarted")
     assert not c["passed"]
@@ -140,7 +140,7 @@ def test_a_restart_during_the_warm_ups_fails_server_restarted(engine_factory, tm
     ids = report["phases"]["identity"]
     assert ids[0]["facts"]["random_seed"] != ids[-1]["facts"]["random_seed"]
     # without the log the identity reads alone catch it
-    eng2 = engine_factory(*FAST, "--engine-fault", "restart_after:2")
+    eng2 = engine_factory(*FAST, "--engine-fault", "restart_after:4")
     alone = _gate(eng2.url, tmp_path / "nolog")[0]
     c2 = _check(alone, "server.restarted")
     assert not c2["passed"] and "random_seed" in c2["message"] and "startup_time" in c2["message"]
