@@ -310,7 +310,7 @@ def _rule(ann: Any, meta: list[Any]) -> str:
 
 
 def _format_error(err: dict[str, Any]) -> str:
-    loc = tuple(err["loc"])  # never empty: parse_config refuses a document that is not a mapping
+    loc = tuple(err["loc"])  # empty only for a whole-config rule (GateConfig._workload_fits)
     path = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
     etype = err["type"]
     got = err.get("input")
@@ -319,8 +319,8 @@ def _format_error(err: dict[str, Any]) -> str:
         return f"gate config: {path}: unknown key (allowed here: {', '.join(model.model_fields)})"
     if etype == "missing":
         return f"gate config: {path}: required key is missing"
-    if etype == "value_error":
-        return f"gate config: {path}: {str(err['msg']).removeprefix('Value error, ')}"
+    if etype == "value_error":  # a whole-config rule (no path) names its fields itself
+        return f"gate config: {(path + ': ') if path else ''}{str(err['msg']).removeprefix('Value error, ')}"
     rule = _rule(*_field_for(loc))
     if etype == "finite_number":
         rule = rule.replace("a number", "a finite number", 1)

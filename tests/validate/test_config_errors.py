@@ -380,3 +380,50 @@ def test_every_field_has_a_rule_and_every_constraint_is_said():
         seen += 1
     assert seen == 75  # every field of every section (update when a field is added)
     assert _field_for(("throughput", "nope")) == (None, [])
+
+
+BOUNDED = [
+    (
+        {"throughput": {"input_len": 100_000_000}},
+        "gate config: throughput.input_len: must be a whole number > 0 and <= 131,072 (got 100000000)",
+    ),
+    (
+        {"stability": {"concurrency": list(range(1, 200_001))}},
+        "gate config: stability.concurrency: must be a non-empty list of at most 16 items; each item a whole "
+        "number > 0 and <= 16,384 (got 200,000 items)",
+    ),
+    (
+        {"throughput": {"num_prompts": 100_000, "input_len": 1000}},
+        "gate config: throughput: 100000 prompts x 1000 tokens = 100,000,000 prompt tokens, more than the "
+        "64,000,000 the gate holds in memory",
+    ),
+    (
+        {"throughput": {"repeats": 5, "max_repeats": 3}},
+        "gate config: throughput.max_repeats (3) must be >= throughput.repeats (5)",
+    ),
+    (
+        {"logs": {"extra_signatures": [{"name": "dup", "pattern": r"(a)\1"}]}},
+        "gate config: logs.extra_signatures: signature 'dup': not a pattern RE2 accepts (no backreferences or "
+        "look-around): invalid escape sequence: \\1",
+    ),
+    (
+        {"answers": {"probes": [{"prompt": "hi"}]}},
+        "gate config: answers.probes[0]: give exactly one of expect (a substring) or expect_regex (an RE2 pattern)",
+    ),
+    (
+        {"answers": {"probes": [{"prompt": "hi", "expect_regex": "(?=x)"}]}},
+        "gate config: answers.probes[0]: expect_regex: not a pattern RE2 accepts (no backreferences or "
+        "look-around): invalid perl operator: (?=",
+    ),
+    ({"sampling": {"temperature": 3}}, "gate config: sampling.temperature: must be a number >= 0 and <= 2 (got 3)"),
+    ({"deadline_s": 100_000}, "gate config: deadline_s: must be a number > 0 and <= 86,400 (got 100000)"),
+]
+
+
+@pytest.mark.parametrize(("data", "expected"), BOUNDED, ids=[e[1].split(":")[1].strip() for e in BOUNDED])
+def test_every_size_and_count_has_an_upper_bound_named_in_the_refusal(data, expected):
+    from validate.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data)
+    assert str(exc.value) == expected

@@ -7,6 +7,7 @@ the caller fills it); the recorded logs of a real SGLang 0.5.17 server must matc
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -308,3 +309,30 @@ def test_container_log_goes_into_folders_that_do_not_exist_yet_and_long_errors_a
     err = fetch_container_log("x", dest, None)
     assert err == "docker logs x: " + "E" * 300
     assert container_log_path(tmp_path, "Mol-SGLang") == tmp_path / "container-Mol-SGLang.log"
+
+
+def test_a_backtracking_pattern_cannot_hang_the_scan(tmp_path):
+    """``(a+)+b`` on a long line of ``a`` takes exponential time in Python's re; RE2 runs it in linear time."""
+    from validate.logscan import scan_logs
+
+    log = tmp_path / "server.log"
+    log.write_text("a" * 60_000 + "\n" + "INFO ok\n" + "a" * 30 + "b\n")
+    t0 = time.monotonic()
+    res = scan_logs([str(log)], {"runaway": "(a+)+b"}, 0)
+    assert time.monotonic() - t0 < 5  # Python's re would not finish this line in any lifetime
+    assert res.counts == {"runaway": 1} and res.matches[0].line_no == 3
+
+
+def test_start_banners_say_whether_the_server_restarted(tmp_path):
+    from validate.logscan import scan_logs
+
+    full = tmp_path / "server.log"  # start-up included: one banner is the start itself
+    full.write_text("INFO:     Started server process [614]\nready\n")
+    window = tmp_path / "window.log"  # only the gate's window: any banner is a restart
+    window.write_text("INFO:     Started server process [901]\n")
+    res = scan_logs([str(full), str(window)], None, 0, [str(window)])
+    assert res.banners == {str(full): 1, str(window): 1}
+    assert res.restarts == [f"{window}: 1 start banner(s) ('Started server process [')"]
+    again = tmp_path / "twice.log"
+    again.write_text("INFO:     Started server process [614]\nINFO:     Started server process [615]\n")
+    assert scan_logs([str(again)], None, 0).restarts == [f"{again}: 2 start banner(s) ('Started server process [')"]

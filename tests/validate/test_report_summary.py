@@ -43,3 +43,16 @@ def test_figures_keep_their_units_on_both_sides():
     assert "| ok | throughput.total_tok_s | 6,619.5 tok/s | >= 1,000.0 tok/s | ok |" in text
     assert "| **FAIL** | throughput.failed_requests | 724 requests | <= 0 requests | FAILED 724 of 768 |" in text
     assert "| **FAIL** | stability | - | - | x |" in text
+
+
+def test_a_refused_throughput_phase_and_a_stopped_gate_read_as_words():
+    """An open-file refusal leaves a throughput dict without figures: it used to raise KeyError 'completed'."""
+    report = {
+        **_report(),
+        "stopped": {"phase": "stability step 2/3", "reason": "it received SIGTERM"},
+        "phases": {"throughput": {"runs": [], "refused": "needs 1088 open files for 1024 concurrent streams"}},
+    }
+    text = render_summary(report)
+    assert "Throughput phase refused: needs 1088 open files for 1024 concurrent streams" in text
+    assert "**Stopped** in phase stability step 2/3 because it received SIGTERM." in text
+    assert "## Throughput at saturation" not in text
