@@ -309,3 +309,17 @@ def test_a_missing_container_is_a_usage_error(tmp_path, capsys, monkeypatch):
     )
     assert code == 2 and err.strip() == "--log docker:sglang: no such container (Error: No such object: sglang)"
     assert argv.read_text().split() == ["inspect", "--format", "{{.State.Status}}", "sglang"]
+
+
+def test_a_crash_of_the_gate_itself_still_writes_where_it_stopped(engine_factory, tmp_path, monkeypatch):
+    from validate.phases import Measurer
+
+    async def broken(self, when):
+        raise RuntimeError("identity parser broke")
+
+    monkeypatch.setattr(Measurer, "identity", broken)
+    eng = engine_factory(*FAST)
+    report, _ = _gate(eng.url, tmp_path)
+    assert report["stopped"] == {"phase": "server info", "reason": "gate error RuntimeError: identity parser broke"}
+    assert report["verdict"] == "fail" and "gate.stopped" in report["failed_checks"]
+    assert report["phases"]["readiness"]["ready"] is True  # what was measured before the crash is kept
