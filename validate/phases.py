@@ -394,26 +394,31 @@ class Measurer:
 
     async def _one_stream(self, model: str) -> RequestResult:
         sc = self.c.single_stream
+        return await self._chat(model, sc.prompt, sc.max_tokens, progress=True)
+
+    async def _chat(self, model: str, prompt: str, max_tokens: int, progress: bool = False) -> RequestResult:
+        """One greedy streamed chat request within single_stream.timeout_s (a timeout is a failure)."""
+        to = self.c.single_stream.timeout_s
+        call = asyncio.wait_for(
+            chat_stream(
+                self.s,
+                self.base + "/v1/chat/completions",
+                model,
+                prompt,
+                max_tokens,
+                rule=self.rule,
+                stream_interval=self.stream_interval,
+            ),
+            timeout=to,
+        )
         try:
-            r = await self._with_progress(
-                asyncio.wait_for(
-                    chat_stream(
-                        self.s,
-                        self.base + "/v1/chat/completions",
-                        model,
-                        sc.prompt,
-                        sc.max_tokens,
-                        rule=self.rule,
-                        stream_interval=self.stream_interval,
-                    ),
-                    timeout=sc.timeout_s,
-                ),
-                f"single stream: waiting for the answer (deadline {sc.timeout_s:g}s)",
-            )
+            if progress:
+                return await self._with_progress(call, f"single stream: waiting for the answer (deadline {to:g}s)")
+            return await call
         except TimeoutError:
             r = RequestResult()
-            r.fail("timeout", f"no complete answer within single_stream.timeout_s = {sc.timeout_s:g}s")
-        return r
+            r.fail("timeout", f"no complete answer within single_stream.timeout_s = {to:g}s")
+            return r
 
     async def flush_cache(self) -> str:
         """POST /flush_cache (SGLang: the radix cache emptied, only when no request runs): each run
@@ -431,23 +436,7 @@ class Measurer:
         """The config's answer probes, one greedy chat request each (judged in checks.probes)."""
         out = []
         for i, p in enumerate(self.c.answers.probes, start=1):
-            to = self.c.single_stream.timeout_s
-            try:
-                r = await asyncio.wait_for(
-                    chat_stream(
-                        self.s,
-                        self.base + "/v1/chat/completions",
-                        model,
-                        p.prompt,
-                        p.max_tokens,
-                        rule=self.rule,
-                        stream_interval=self.stream_interval,
-                    ),
-                    timeout=to,
-                )
-            except TimeoutError:
-                r = RequestResult()
-                r.fail("timeout", f"no complete answer within single_stream.timeout_s = {to:g}s")
+            r = await self._chat(model, p.prompt, p.max_tokens)
             out.append(ProbeResult(i, p.prompt, r))
             if r.failure == "timeout":
                 break  # a stalled server: the next probe would only wait again

@@ -65,3 +65,17 @@ def stub_docker(tmp_path: Path, monkeypatch: Any, body: str) -> Path:
     stub.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     return argv_file
+
+
+def gate_in_process(
+    url: str, tmp: Path, config: dict[str, Any], name: str, **opts: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """``Gate.run`` in this process on ``config`` (a dict); returns (report, every line it said)."""
+    import asyncio
+
+    from validate.config import parse_config
+    from validate.gate import Gate, GateOptions
+
+    said: list[str] = []
+    o = GateOptions(url=url, config=parse_config(config), config_path=name, report_dir=str(tmp), **opts)
+    return asyncio.run(Gate(o, said.append).run()), said

@@ -7,7 +7,6 @@ these servers passed the gate before: fast, HTTP 200, finish reason ``length``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,10 +15,7 @@ import sys
 import time
 
 import pytest
-from _gate_helpers import REPO, merge, run_gate
-
-from validate.config import parse_config
-from validate.gate import Gate, GateOptions
+from _gate_helpers import REPO, gate_in_process, merge, run_gate
 
 FAST = ("--engine-decode-base-ms", "1", "--engine-decode-per-req-ms", "0")
 SMALL = {
@@ -41,12 +37,7 @@ SMALL = {
 
 
 def _gate(url, tmp_path, cfg=None, **opts):
-    said: list[str] = []
-    o = GateOptions(
-        url=url, config=parse_config(merge(SMALL, cfg or {})), config_path="small.yml", report_dir=str(tmp_path), **opts
-    )
-    report = asyncio.run(Gate(o, said.append).run())
-    return report, said
+    return gate_in_process(url, tmp_path, merge(SMALL, cfg or {}), "small.yml", **opts)
 
 
 def _check(report, name):

@@ -4,19 +4,18 @@ finished report with the server's log of the gate window. Exact values throughou
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from datetime import datetime
 
 import pytest
-from _gate_helpers import stub_docker
+from _gate_helpers import gate_in_process, stub_docker
 
 from testengine.harness import EngineSet
 from validate import __version__
 from validate import baseline as store
 from validate.config import parse_config
-from validate.gate import Gate, GateOptions, compare_baseline, key_metrics, rejudge_logs, scan
+from validate.gate import compare_baseline, key_metrics, rejudge_logs, scan
 from validate.metrics import METRIC_DEFINITIONS
 from validate.serverinfo import TEST_ENGINE_NOTE
 
@@ -280,16 +279,7 @@ def engines(tmp_path):
 
 
 def _gate(url, tmp_path, cfg=None, **opts):
-    said: list[str] = []
-    o = GateOptions(
-        url=url,
-        config=parse_config(cfg if cfg is not None else TINY),
-        config_path="tiny.yml",
-        report_dir=str(tmp_path),
-        **opts,
-    )
-    report = asyncio.run(Gate(o, said.append).run())
-    return report, said
+    return gate_in_process(url, tmp_path, cfg if cfg is not None else TINY, "tiny.yml", **opts)
 
 
 def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
