@@ -141,3 +141,146 @@ def test_the_reference_check_on_what_real_sglang_scored():
     other = reports["other"]["phases"]["reference"]
     assert min(other["deltas"]) > 3.5 and other["first_divergence"] == [0] * 8
     assert reports["2"]["phases"]["reference"]["deltas"] == [0.0] * 8
+
+
+# ----- the reference phase against the test engine (validate/answers.py end to end, in process) -----
+
+FAST = ("--engine-decode-base-ms", "1", "--engine-decode-per-req-ms", "0")
+
+
+def _phase(url: str, baseline: Path | None, **cfg: object):
+    import asyncio
+
+    from validate.answers import reference_phase
+    from validate.client import make_session
+    from validate.config import parse_config
+    from validate.phases import Measurer
+
+    said: list[str] = []
+
+    async def go():
+        async with make_session() as s:
+            mm = Measurer(s, url, parse_config({"answers": {"reference": cfg}} if cfg else {}), said.append)
+            return await reference_phase(mm, str(baseline) if baseline else None)
+
+    return asyncio.run(go()), said
+
+
+def _store(path: Path, recorded: dict) -> None:
+    from validate import baseline as store
+
+    report = {
+        "verdict": "pass",
+        "engine": "test-engine",
+        "config": {},
+        "key_metrics": {},
+        "reference_answers": recorded,
+        "started_at": "2026-12-04T10:00:00+00:00",
+    }
+    assert store.record(path, report, promote=False)[0]
+
+
+def test_the_reference_phase_records_compares_and_fails_other_weights(engine_factory, tmp_path):
+    eng = engine_factory(*FAST)
+    first, said = _phase(eng.url, None)
+    assert first.mode == "recorded" and first.error == "" and first.deltas == []
+    assert said == ["reference answers: recording 8 greedy answers (first gate of the group)"]
+    rec = first.recorded
+    assert rec["max_new_tokens"] == 32 and len(rec["answers"]) == 8
+    a = rec["answers"][0]
+    assert a["prompt"] == "The capital of France is" and a["answer_ids"] == [1000 + i for i in range(32)]
+    assert a["prompt_ids"] == [sum(map(ord, "The capital of France is"[i : i + 4])) % 32000 for i in range(0, 24, 4)]
+    assert len(a["logprobs"]) == 32 and all(lp < 0 for lp in a["logprobs"])
+    base = tmp_path / "baseline.json"
+    _store(base, rec)
+    same, said = _phase(eng.url, base)
+    assert said == ["reference answers: scoring the group's 8 answers on this server"]
+    assert (same.mode, same.deltas, same.divergence) == ("compared", [0.0] * 8, [None] * 8)
+    assert same.reference_from == "2026-12-04T10:00:00+00:00" and same.worst == 0.0
+    other = engine_factory(*FAST, "--engine-weights-seed", "1")
+    bad, _ = _phase(other.url, base)
+    assert bad.mode == "compared" and bad.divergence == [0] * 8
+    assert bad.deltas == pytest.approx([0.3] * 8, abs=1e-9)
+    # a reference of another answer length is not comparable: this gate records again
+    again, _ = _phase(eng.url, base, max_new_tokens=16)
+    assert again.mode == "recorded" and len(again.recorded["answers"][0]["answer_ids"]) == 16
+
+
+def test_a_server_that_cannot_answer_the_reference_fails_with_the_reason(engine_factory, tmp_path):
+    broken = engine_factory(*FAST, "--engine-fault", "error_rate:1")
+    res, _ = _phase(broken.url, None)
+    assert res.mode == "error" and res.error.startswith("HTTP 500: ")
+    unreadable = tmp_path / "baseline.json"
+    unreadable.write_text("{not json")
+    healthy = engine_factory(*FAST)
+    assert _phase(healthy.url, unreadable)[0].mode == "recorded"  # the baseline check reports the bad file
+
+
+@pytest.mark.parametrize(
+    ("meta", "why"),
+    [
+        ({}, "the server returned no input_token_logprobs (return_logprob unsupported?)"),
+        ({"input_token_logprobs": [[None]]}, "input_token_logprobs: unexpected entry [None]"),
+    ],
+)
+def test_log_probability_entries_of_an_unexpected_shape_are_named(meta, why):
+    from validate.answers import ReferenceError_, _logprob_entries
+
+    with pytest.raises(ReferenceError_) as exc:
+        _logprob_entries(meta, "input_token_logprobs")
+    assert str(exc.value) == why
+    assert _logprob_entries({"k": [[None, 5, "x"], [-1.5, 7]]}, "k") == [(None, 5), (-1.5, 7)]
+
+
+def test_the_reference_verdict_reads_as_figures():
+    from validate.answers import ReferenceResult, judge_reference
+    from validate.config import parse_config
+
+    cfg = parse_config({})
+    rec = judge_reference(ReferenceResult("recorded", recorded={"answers": [1, 2, 3]}), cfg)
+    assert (rec.name, rec.passed, rec.measured, rec.required, rec.unit, rec.op) == (
+        "answers.reference",
+        True,
+        None,
+        0.1,
+        "nats/token",
+        "<=",
+    )
+    assert (
+        rec.message == "recorded 3 reference answers (first gate of the group: not compared; stored with the baseline)"
+    )
+    ok = judge_reference(ReferenceResult("compared", deltas=[0.0, 0.02, 0.01], divergence=[None, 7, 3]), cfg)
+    assert (
+        ok.passed
+        and ok.measured == 0.02
+        and ok.message
+        == (
+            "reference answers: mean log-likelihood moved by at most 0.0200 nats/token (answer 2 of 3; allowed 0.1); "
+            "greedy answers first diverge at token 3"
+        )
+    )
+    bad = judge_reference(ReferenceResult("compared", deltas=[0.5, 0.1000001], divergence=[None, None]), cfg)
+    assert (
+        not bad.passed
+        and bad.measured == 0.5
+        and bad.message
+        == (
+            "FAILED reference answers: mean log-likelihood moved by at most 0.5000 nats/token (answer 1 of 2; "
+            "allowed 0.1); greedy answers identical"
+        )
+    )
+    edge = judge_reference(ReferenceResult("compared", deltas=[0.1], divergence=[None]), cfg)
+    assert edge.passed  # exactly the tolerance passes
+    err = judge_reference(ReferenceResult("error", error="HTTP 500: boom"), cfg)
+    assert (err.passed, err.measured, err.message) == (False, None, "FAILED reference answers: HTTP 500: boom")
+    d = ReferenceResult("compared", deltas=[0.123456, 0.5], divergence=[None, 0], reference_from="T").to_dict()
+    assert d == {
+        "mode": "compared",
+        "error": "",
+        "answers": 2,
+        "deltas": [0.1235, 0.5],
+        "worst_delta": 0.5,
+        "first_divergence": [None, 0],
+        "reference_from": "T",
+    }
+    assert ReferenceResult("recorded", recorded={"answers": [1, 2]}).to_dict()["answers"] == 2

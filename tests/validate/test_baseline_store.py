@@ -126,3 +126,28 @@ def test_a_baseline_that_turns_malformed_during_the_load_is_reported_not_raised(
     info, checks = compare_baseline(str(path), "sglang", parse_config({}), {"total_token_throughput": 1.0})
     assert checks == [] and info["used"] is False
     assert info["note"].startswith("baseline not compared:") and "reference.workload" in info["note"]
+
+
+def test_the_reference_keeps_its_noise_and_gains_answers_once(tmp_path):
+    path = tmp_path / "baseline.json"
+    first = {**_report(1000, "h1"), "key_noise": {"total_token_throughput": 0.031}}
+    assert baseline.record(path, first, promote=False)[0]
+    ref = baseline.load(path).reference
+    assert ref.noise == {"total_token_throughput": 0.031} and ref.answers is None
+    answers = {
+        "max_new_tokens": 32,
+        "answers": [{"prompt": "p", "prompt_ids": [1], "answer_ids": [2], "logprobs": [-1.0]}],
+    }
+    # a reference from before the answers check: a later pass adds its answers and keeps the figures
+    written, note = baseline.record(path, {**_report(700, "h2"), "reference_answers": answers}, promote=False)
+    assert (written, note) == (True, f"baseline kept, the group's reference answers added: {path}")
+    ref = baseline.load(path).reference
+    assert ref.answers == answers and ref.key_metrics["total_token_throughput"] == 1000
+    assert ref.labels == {"host": "h1"} and ref.noise == {"total_token_throughput": 0.031}
+    other = {"max_new_tokens": 32, "answers": []}
+    written, note = baseline.record(path, {**_report(900, "h3"), "reference_answers": other}, promote=False)
+    assert not written and note.startswith("baseline kept: the group's reference is from 2026-12-03T08:00:00+00:00/h1")
+    assert baseline.load(path).reference.answers == answers  # answers, once recorded, are not replaced either
+    assert baseline.load(path).history == []
+    failed = {**_report(900, "h4", "fail"), "reference_answers": other}
+    assert baseline.record(path, failed, promote=False) == (False, "baseline not written: the gate failed")

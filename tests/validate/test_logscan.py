@@ -336,3 +336,20 @@ def test_start_banners_say_whether_the_server_restarted(tmp_path):
     again = tmp_path / "twice.log"
     again.write_text("INFO:     Started server process [614]\nINFO:     Started server process [615]\n")
     assert scan_logs([str(again)], None, 0).restarts == [f"{again}: 2 start banner(s) ('Started server process [')"]
+
+
+def test_user_patterns_need_re2_and_say_so_without_it(monkeypatch):
+    from validate import userregex
+
+    p = userregex.compile_user_regex(r"NCCL (error|timeout)")
+    assert p.search("x NCCL timeout y") and not p.search("NCCL ok") and p.pattern == r"NCCL (error|timeout)"
+    with pytest.raises(userregex.UserRegexError) as exc:
+        userregex.compile_user_regex("(?<=a)b")
+    assert str(exc.value).startswith("not a pattern RE2 accepts (no backreferences or look-around): ")
+    assert "\\\\" not in str(exc.value) and "b'" not in str(exc.value)  # RE2's bytes message, decoded
+    monkeypatch.setattr(userregex, "_re2", None)  # an older serving image without google-re2
+    with pytest.raises(userregex.UserRegexError) as exc:
+        userregex.compile_user_regex("x")
+    assert str(exc.value) == "needs google-re2 (a linear-time regex engine) installed where the gate runs"
+    builtin = userregex.compile_builtin(r"CUDA error: \w+")
+    assert type(builtin).__module__ == "re" and builtin.search("CUDA error: illegal")
