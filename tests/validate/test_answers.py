@@ -284,3 +284,102 @@ def test_the_reference_verdict_reads_as_figures():
         "reference_from": "T",
     }
     assert ReferenceResult("recorded", recorded={"answers": [1, 2]}).to_dict()["answers"] == 2
+
+
+# ----- what a server that answers wrongly gets told (a stub server: the code under test is the client) -----
+
+
+@pytest.fixture
+def stub():
+    """A loopback HTTP server whose /generate answers what the test sets (status, body); records bodies."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    state = {"answers": [], "bodies": []}
+    loop = asyncio.new_event_loop()
+
+    async def generate(request):
+        state["bodies"].append(await request.json())
+        status, body = state["answers"].pop(0)
+        return web.Response(status=status, text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{port}", state
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+
+
+def _call(url: str, fn, *args):
+    import asyncio
+
+    from validate.client import make_session
+    from validate.config import parse_config
+    from validate.phases import Measurer
+
+    async def go():
+        async with make_session() as s:
+            return await fn(Measurer(s, url, parse_config({"answers": {"reference": {"timeout_s": 5}}}), print), *args)
+
+    return asyncio.run(go())
+
+
+def test_the_reference_requests_and_their_refusals(stub):
+    from validate.answers import ReferenceError_, greedy_answer, score
+
+    url, state = stub
+    meta = {"input_token_logprobs": [[None, 11, None], [-0.5, 12, None]]}
+    state["answers"] = [(200, json.dumps({"output_ids": [5, 6], "meta_info": meta}))]
+    assert _call(url, greedy_answer, "hi", 2) == ([11, 12], [5, 6])
+    assert state["bodies"][-1] == {
+        "text": "hi",
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 2},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+    }
+    scored = {"input_token_logprobs": [[-0.1, 12, None], [-0.25, 5, None], [-0.75, 6, None]]}
+    state["answers"] = [(200, json.dumps({"meta_info": scored}))]
+    assert _call(url, score, [11, 12], [5, 6]) == [-0.25, -0.75]
+    assert state["bodies"][-1] == {
+        "input_ids": [11, 12, 5, 6],
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 1},
+        "return_logprob": True,
+        "logprob_start_len": 1,
+    }
+    cases = [
+        ((500, '{"error": "boom"}'), greedy_answer, ("hi", 2), 'HTTP 500: {"error": "boom"}'),
+        ((200, "not json"), greedy_answer, ("hi", 2), "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
+        ((200, "[1, 2]"), greedy_answer, ("hi", 2), "not a /generate answer: [1, 2]"),
+        (
+            (200, json.dumps({"output_ids": [], "meta_info": meta})),
+            greedy_answer,
+            ("hi", 2),
+            "the greedy answer has no output_ids",
+        ),
+        (
+            (200, json.dumps({"meta_info": {"input_token_logprobs": [[-0.1, 5, None], [-0.2, 9, None]]}})),
+            score,
+            ([11], [5, 6]),
+            "input_token_logprobs do not line up with the 2 answer tokens (got 2 entries)",
+        ),
+        (
+            (200, json.dumps({"meta_info": {"input_token_logprobs": [[None, 5, None], [-0.2, 6, None]]}})),
+            score,
+            ([11], [5, 6]),
+            "input_token_logprobs do not line up with the 2 answer tokens (got 2 entries)",
+        ),
+    ]
+    for answer, fn, args, why in cases:
+        state["answers"] = [answer]
+        with pytest.raises(ReferenceError_) as exc:
+            _call(url, fn, *args)
+        assert str(exc.value) == why
