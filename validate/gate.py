@@ -222,15 +222,9 @@ class Gate:
                     self._health("sampler_warmup", await mm.health("after the failed warm-up request"))
                     if self.m.warmup.request.failure == "timeout":
                         self._stall("the sampled warm-up request did not finish")
-            a = self.c.answers
             off = "disabled in config"
-            idle = "no probes in the config, and the reference answers need --baseline"
             phases = [
-                (
-                    "answers",
-                    idle if a.enabled and not (a.probes or self._reference_wanted()) else "" if a.enabled else off,
-                    self._answers,
-                ),
+                ("answers", self._answers_off(), self._answers),
                 ("single_stream", "" if self.c.single_stream.enabled else off, self._single_stream),
                 ("throughput", "" if self.c.throughput.enabled else off, self._throughput),
                 ("stability", "" if self.c.stability.enabled else off, self._stability),
@@ -250,6 +244,15 @@ class Gate:
                     self._add(Check(f"{name}.error", False, None, None, "", text))
                 await self._identity(mm, f"after {name}")
             self.phase = "logs"
+
+    def _answers_off(self) -> str:
+        """Why the answers phase does not run ("" when it does)."""
+        a = self.c.answers
+        if not a.enabled:
+            return "disabled in config"
+        if not (a.probes or self._reference_wanted()):
+            return "no probes in the config, and the reference answers need --baseline"
+        return ""
 
     def _reference_wanted(self) -> bool:
         return self.c.answers.reference.enabled and self.o.baseline_path is not None

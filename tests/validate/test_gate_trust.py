@@ -314,3 +314,10 @@ def test_a_crash_of_the_gate_itself_still_writes_where_it_stopped(engine_factory
     assert report["stopped"] == {"phase": "server info", "reason": "gate error RuntimeError: identity parser broke"}
     assert report["verdict"] == "fail" and "gate.stopped" in report["failed_checks"]
     assert report["phases"]["readiness"]["ready"] is True  # what was measured before the crash is kept
+
+
+def test_answers_off_skips_the_phase_and_the_rule(engine_factory, tmp_path):
+    eng = engine_factory(*FAST, "--engine-fault", "degenerate")
+    report, _ = _gate(eng.url, tmp_path, {"answers": {"enabled": False}})
+    assert report["skipped"][0] == "answers: disabled in config"
+    assert report["phases"]["throughput"]["failure_reasons"] == {}  # what the gate saw before: all fine
