@@ -257,31 +257,3 @@ async def reference_phase(mm: Any, baseline_path: str | None) -> ReferenceResult
         return res
     except ReferenceError_ as exc:
         return ReferenceResult("error", error=str(exc), reference_from=ref_from)
-
-
-def judge_reference(res: ReferenceResult, cfg: Any) -> Any:
-    """``answers.reference``: the mean log-likelihood of the group's answers moved by at most the tolerance."""
-    from .checks import Check
-
-    tol = cfg.answers.reference.tolerance
-    if res.mode == "error":
-        text = f"FAILED reference answers: {res.error}"
-        return Check("answers.reference", False, None, tol, "nats/token", text, "<=")
-    if res.mode == "recorded":
-        n = len((res.recorded or {}).get("answers", []))
-        text = f"recorded {n} reference answers (first gate of the group: not compared; stored with the baseline)"
-        return Check("answers.reference", True, None, tol, "nats/token", text, "<=")
-    worst = res.worst
-    ok = worst <= tol
-    i = res.deltas.index(worst)
-    div = [d for d in res.divergence if d is not None]
-    where = f"; greedy answers first diverge at token {min(div)}" if div else "; greedy answers identical"
-    text = (
-        f"reference answers: mean log-likelihood moved by at most {worst:.4f} nats/token "
-        f"(answer {i + 1} of {len(res.deltas)}; allowed {tol:g}){where}"
-    )
-    return Check("answers.reference", ok, round(worst, 4), tol, "nats/token", _failed(ok, text), "<=")
-
-
-def _failed(ok: bool, text: str) -> str:
-    return text if ok else "FAILED " + text

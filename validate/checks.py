@@ -11,7 +11,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from .answers import ReferenceResult
 from .config import GateConfig
+from .load import LoadResult
 from .logscan import LogScanResult
 from .metrics import KEY_METRICS, ROBUST_RUNS, RequestResult
 from .phases import Health, Identity, ProbeResult, Readiness, SingleStream, StabilityStep, Throughput, Warmup
@@ -227,10 +229,8 @@ def throughput(tp: Throughput, cfg: GateConfig) -> list[Check]:
     return [c for c in out if c is not None]
 
 
-def spread_settled(runs: list[Any], cfg: GateConfig) -> bool:
+def spread_settled(runs: list[LoadResult], cfg: GateConfig) -> bool:
     """Whether the throughput runs so far agree well enough to stop repeating (the phase asks this)."""
-    from .phases import Throughput  # the phase's own type, for the judge's one rule
-
     c = spread(Throughput(runs, cfg.throughput.timeout_s), cfg)
     return c is None or c.passed
 
@@ -469,3 +469,25 @@ def baseline(
 def verdict(checks: list[Check]) -> str:
     """'pass' only when at least one check ran and every check passed."""
     return "pass" if checks and all(c.passed for c in checks) else "fail"
+
+
+def reference(res: ReferenceResult, cfg: GateConfig) -> Check:
+    """``answers.reference``: the mean log-likelihood of the group's answers moved by at most the tolerance."""
+    tol = cfg.answers.reference.tolerance
+    if res.mode == "error":
+        text = f"FAILED reference answers: {res.error}"
+        return Check("answers.reference", False, None, tol, "nats/token", text, "<=")
+    if res.mode == "recorded":
+        n = len((res.recorded or {}).get("answers", []))
+        text = f"recorded {n} reference answers (first gate of the group: not compared; stored with the baseline)"
+        return Check("answers.reference", True, None, tol, "nats/token", text, "<=")
+    worst = res.worst
+    ok = worst <= tol
+    i = res.deltas.index(worst)
+    div = [d for d in res.divergence if d is not None]
+    where = f"; greedy answers first diverge at token {min(div)}" if div else "; greedy answers identical"
+    text = (
+        f"reference answers: mean log-likelihood moved by at most {worst:.4f} nats/token "
+        f"(answer {i + 1} of {len(res.deltas)}; allowed {tol:g}){where}"
+    )
+    return Check("answers.reference", ok, round(worst, 4), tol, "nats/token", _msg(ok, text), "<=")

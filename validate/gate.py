@@ -20,7 +20,7 @@ from typing import Any
 from . import __version__ as GATE_VERSION
 from . import baseline as baseline_store
 from . import checks as judge
-from .answers import judge_reference, reference_phase
+from .answers import reference_phase
 from .checks import Check
 from .client import make_session
 from .config import GateConfig
@@ -266,7 +266,7 @@ class Gate:
                 self._stall("a probe did not finish")
         if self._reference_wanted() and not self.down:
             self.m.reference = await reference_phase(mm, self.o.baseline_path)
-            self._add(judge_reference(self.m.reference, self.c))
+            self._add(judge.reference(self.m.reference, self.c))
 
     async def _single_stream(self, mm: Measurer) -> None:
         assert self.m.server is not None  # phases run only after readiness, which read the server info

@@ -79,3 +79,16 @@ def gate_in_process(
     said: list[str] = []
     o = GateOptions(url=url, config=parse_config(config), config_path=name, report_dir=str(tmp), **opts)
     return asyncio.run(Gate(o, said.append).run()), said
+
+
+def serve_app(loop: Any, app: Any) -> tuple[Any, str]:
+    """Start an aiohttp ``app`` on a free loopback port with ``loop``; returns (runner, base URL).
+    The stub servers of the client tests: the code under test is the client, never the server."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _gate_helpers import serve_app
 
 from validate.answers import AnswerRule, degenerate, longest_run, reference_prompts
 from validate.metrics import Spread
@@ -119,7 +120,8 @@ def test_every_honest_answer_of_the_real_server_passes_the_default_rule():
 def test_the_reference_check_on_what_real_sglang_scored():
     """The three gates of docs/real-sglang-h200.md: the first recorded, the same server scored the
     same answers identically, a model of the same shape with other weights moved 3.6-4.1 nats/token."""
-    from validate.answers import ReferenceResult, judge_reference
+    from validate.answers import ReferenceResult
+    from validate.checks import reference as judge_reference
     from validate.config import parse_config
 
     reports = {n: json.loads((PROOF / f"gate-answers-{n}.report.json").read_text()) for n in ("1", "2", "other")}
@@ -233,7 +235,8 @@ def test_log_probability_entries_of_an_unexpected_shape_are_named(meta, why):
 
 
 def test_the_reference_verdict_reads_as_figures():
-    from validate.answers import ReferenceResult, judge_reference
+    from validate.answers import ReferenceResult
+    from validate.checks import reference as judge_reference
     from validate.config import parse_config
 
     cfg = parse_config({})
@@ -307,14 +310,10 @@ def stub():
 
     app = web.Application()
     app.router.add_post("/generate", generate)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]
+    _, base = serve_app(loop, app)
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
-    yield f"http://127.0.0.1:{port}", state
+    yield base, state
     loop.call_soon_threadsafe(loop.stop)
     t.join(5)
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _gate_helpers import serve_app
 from aiohttp import web
 
 from validate.client import chat_stream, generate_body, generate_stream, make_session
@@ -77,12 +78,8 @@ def replay() -> Iterator[str]:
 
     app = web.Application()
     app.router.add_post("/s/{name}", handler)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/s/", loop
+    runner, base = serve_app(loop, app)
+    yield f"{base}/s/", loop
     loop.run_until_complete(runner.cleanup())
     loop.close()
 
