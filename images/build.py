@@ -296,9 +296,9 @@ def build_test_engine(args: argparse.Namespace) -> list[str]:
         _link_or_copy(HERE / "sglang" / "healthcheck.py", ctx / "images" / "sglang" / "healthcheck.py")
         for name in ("apply.py", "patchset.py"):
             _link_or_copy(HERE / "patches" / name, ctx / "images" / "patches" / name)
-        _link_or_copy(HERE / "flags" / "flagtable.py", ctx / "images" / "flags" / "flagtable.py")
-        for src in sorted((HERE / "flags" / "tables").glob("*.json")):
-            _link_or_copy(src, ctx / "images" / "flags" / "tables" / src.name)
+        for src in sorted((REPO / "sglangflags").rglob("*")):
+            if src.is_file() and "__pycache__" not in src.parts and src.suffix != ".pyc":
+                _link_or_copy(src, ctx / "sglangflags" / src.relative_to(REPO / "sglangflags"))
         for src in sorted((REPO / "testengine").rglob("*")):
             if src.is_file() and "__pycache__" not in src.parts and src.suffix != ".pyc":
                 _link_or_copy(src, ctx / "testengine" / src.relative_to(REPO / "testengine"))

@@ -2,37 +2,26 @@
 
 The test engine poses as one SGLang release (its image sets TEST_ENGINE_SGLANG_VERSION from
 the release it claims). Accepting any flag would let a wrong flag pass molecule silently, so
-the argv is checked against that release's table (images/flags/tables/, read from the real
+the argv is checked against that release's table (the sglangflags package, read from the real
 wheel) and a refusal exits 2 with argparse's own wording, as launch_server would. Without a
 claimed version (tests that start the engine directly) nothing is checked.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+import sglangflags
+
 VERSION_ENV = "TEST_ENGINE_SGLANG_VERSION"
 TABLES_ENV = "TEST_ENGINE_FLAG_TABLES"
-# images/flags/ next to the package: in the repository, and in the image (copied there)
-_FLAGS_DIR = Path(__file__).resolve().parents[1] / "images" / "flags"
-
-
-def _flagtable() -> Any:
-    """images/flags/flagtable.py, the one reader of the flag tables, imported by path."""
-    spec = importlib.util.spec_from_file_location("sglang_deploy_flagtable", _FLAGS_DIR / "flagtable.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def refusal(argv: list[str], table: dict[str, Any]) -> str | None:
     """argparse's message for the first value the release refuses, else for its unknown flags, else None."""
-    problems = _flagtable().check(argv, table, skip_prefix="--engine-")
+    problems = sglangflags.check(argv, table, skip_prefix="--engine-")
     choice = next((p for p in problems if p.kind == "choice"), None)
     if choice is not None:
         shown = ", ".join(repr(c) for c in choice.detail.split(", "))
@@ -46,8 +35,8 @@ def check(argv: list[str]) -> str | None:
     version = os.environ.get(VERSION_ENV, "").strip()
     if not version:
         return None
-    tables = Path(os.environ.get(TABLES_ENV) or _FLAGS_DIR / "tables")
-    table, note = _flagtable().load(version, tables)
+    tables = Path(os.environ.get(TABLES_ENV) or sglangflags.TABLES)
+    table, note = sglangflags.load(version, tables)
     if table is None:
         return f"{VERSION_ENV}={version}: {note}"
     msg = refusal(argv, table)

@@ -3,7 +3,8 @@
 Why: the roles render ``launch_server`` flags per SGLang version and the test engine
 must refuse what a release refuses. Guessing which flag or value a release accepts
 went wrong more than once (FIELD-NOTES), so the tables are read from each release's
-own ``sglang/srt/server_args.py``, committed under ``images/flags/tables/``, and CI
+own ``sglang/srt/server_args.py``, committed under ``sglangflags/tables/`` (the package every
+reader imports), and CI
 checks that this tool still reproduces them from the wheels.
 
 Two generations of argument definitions are read:
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-TABLES = HERE / "tables"
+TABLES = HERE.parents[1] / "sglangflags" / "tables"
 sys.path.insert(0, str(HERE.parent))
 
 # The releases the bundle deploys (README: 0.5.9 .. 0.5.23, every PyPI release in between).
@@ -43,7 +44,29 @@ SUPPORTED = [
     *("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
 ]
 
-SWITCH_ACTIONS = {"store_true", "store_false", "DeprecatedStoreTrueAction", "DeprecatedAction", "store_const"}
+SWITCH_ACTIONS = {
+    "store_true",
+    "store_false",
+    "DeprecatedStoreTrueAction",
+    "DeprecatedAction",
+    "store_const",
+    "BooleanOptionalAction",
+    "DeprecatedStoreConstAction",
+}
+# argparse.BooleanOptionalAction: ``--flag`` and ``--no-flag``, neither takes a value (0.5.2x fields).
+NEGATABLE = "BooleanOptionalAction"
+# The classes environ.py declares its switches with (``NAME = EnvBool(default)``), and their kinds.
+ENV_KINDS = {
+    "EnvBool": "bool",
+    "EnvInt": "int",
+    "EnvFloat": "float",
+    "EnvStr": "str",
+    "EnvTuple": "tuple",
+    "EnvJSON": "json",
+    "EnvBoolWithAlias": "bool",
+    "EnvIntWithAlias": "int",
+    "EnvStrWithAlias": "str",
+}
 REGISTRIES = ("DetectorMap", "ToolCallParserEnum")
 DYNAMIC = "dynamic"
 
@@ -170,6 +193,25 @@ def _entry(takes_value: bool, choices: Any, deprecated: bool, dest: str, new_fla
     return e
 
 
+def _help_text(expr: ast.expr | None) -> str:
+    """A help string, also when written as implicitly joined or ``+``-joined literals."""
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return _help_text(expr.left) + _help_text(expr.right)
+    if isinstance(expr, ast.JoinedStr):
+        return "".join(str(v.value) for v in expr.values if isinstance(v, ast.Constant))
+    return str(_const(expr) or "").lower()
+
+
+# The flag itself is deprecated: "[Deprecated] Use --x", "(Deprecated: use --x=auto) ...", "Deprecated. ...",
+# "Note: --x is deprecated now". Not: "Replaces the deprecated --grpc-mode" or "replaces the deprecated
+# environment variable" (0.5.9's --fp4-gemm-backend), which name something else as deprecated.
+_DEPRECATED_HELP = re.compile(r"^\W*deprecated\b|\b(is|are) (now )?deprecated\b")
+
+
+def _is_deprecated(action: str, helptext: str) -> bool:
+    return "Deprecated" in action or bool(_DEPRECATED_HELP.search(helptext))
+
+
 def _new_flag_in(helptext: str) -> str | None:
     """'(deprecated: use --flashinfer-allreduce-fusion-backend=auto)' -> that flag (with its value)."""
     m = re.search(r"deprecated[^a-z]*use (--[a-z0-9-]+(?:=[a-z0-9_]+)?)", helptext)
@@ -187,12 +229,14 @@ def _from_add_argument(mod: _Module, tree: ast.Module, flags: dict[str, dict[str
             continue
         kw = _kw(node)
         action = _action_name(kw.get("action"))
-        helptext = str(_const(kw.get("help")) or "").lower()
-        # "[Deprecated] Use --x", "(Deprecated: use --x=auto) ...", "Deprecated. ...", DeprecatedAction
-        deprecated = "Deprecated" in action or "deprecated" in helptext
+        helptext = _help_text(kw.get("help"))
+        deprecated = _is_deprecated(action, helptext)
         dest = _const(kw.get("dest")) or names[0].lstrip("-").replace("-", "_")
+        # An explicit nargs wins over the action's usual arity (0.5.23's --monokernel-backend is a
+        # DeprecatedStoreConstAction with nargs=None and choices: it takes a value).
+        takes_value = _const(kw["nargs"]) != 0 if "nargs" in kw else action not in SWITCH_ACTIONS
         entry = _entry(
-            action not in SWITCH_ACTIONS,
+            takes_value,
             mod.resolve(kw.get("choices")),
             deprecated,
             dest,
@@ -200,6 +244,15 @@ def _from_add_argument(mod: _Module, tree: ast.Module, flags: dict[str, dict[str
         )
         for n in names:
             flags[n] = entry
+        if action == NEGATABLE:
+            _add_negations(names, entry, flags)
+
+
+def _add_negations(names: list[str], entry: dict[str, Any], flags: dict[str, dict[str, Any]]) -> None:
+    """``--no-<flag>`` for each ``--<flag>`` of a BooleanOptionalAction (argparse adds them itself)."""
+    for n in names:
+        if n.startswith("--"):
+            flags.setdefault("--no-" + n[2:], {**entry, "negates": n})
 
 
 def _literal_choices(mod: _Module, typ: ast.expr) -> list[Any] | None:
@@ -252,9 +305,35 @@ def _from_dataclass_fields(
             action = _action_name(kw.get("action"))
             choices = mod.resolve(kw["choices"]) if "choices" in kw else _literal_choices(mod, typ)
             takes_value = not (action in SWITCH_ACTIONS or (not action and _is_bool(typ)))
-            entry = _entry(takes_value, choices, "Deprecated" in action, field, None)
-            for n in [cli, *(aliases if isinstance(aliases, list) else [])]:
+            bare_help = next((m for m in metas if isinstance(m, ast.Constant) and isinstance(m.value, str)), None)
+            helptext = _help_text(kw.get("help", bare_help))
+            entry = _entry(takes_value, choices, _is_deprecated(action, helptext), field, _new_flag_in(helptext))
+            names = [cli, *(aliases if isinstance(aliases, list) else [])]
+            for n in names:
                 flags.setdefault(n, entry)
+            if action == NEGATABLE:
+                _add_negations(names, entry, flags)
+
+
+def _environment(zf: zipfile.ZipFile) -> dict[str, dict[str, Any]]:
+    """The ``SGLANG_*`` (and other) switches of ``sglang/srt/environ.py``'s ``Envs``: kind and default."""
+    if "sglang/srt/environ.py" not in zf.namelist():
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    tree = ast.parse(zf.read("sglang/srt/environ.py"))
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Envs"):
+        for node in cls.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+            call = node.value if isinstance(node, ast.Assign) else None
+            if not (isinstance(target, ast.Name) and isinstance(call, ast.Call)):
+                continue
+            kind = ENV_KINDS.get(_action_name(call.func))
+            if kind is None:
+                continue
+            default = _const(call.args[0]) if call.args else None
+            plain = isinstance(default, bool | int | float | str)
+            out[target.id] = {"kind": kind, "default": default if plain else None}
+    return dict(sorted(out.items()))
 
 
 def extract(wheel: Path, version: str) -> dict[str, Any]:
@@ -277,24 +356,28 @@ def extract(wheel: Path, version: str) -> dict[str, Any]:
         for tree in fields.values():
             _from_dataclass_fields(mod, tree, flags, None)
         deprecated_values = _deprecated_values(zf)
+        environment = _environment(zf)
     return {
-        "schema": "sglang-flags/1",
+        "schema": "sglang-flags/2",
         "sglang_version": version,
         "source": "sglang/srt/server_args.py and arg_groups/ of the PyPI wheel (images/flags/extract.py)",
         "deprecated_values": deprecated_values,
+        "environment": environment,
         "flags": dict(sorted(flags.items())),
     }
 
 
 def dumps(table: dict[str, Any]) -> str:
     """One flag per line: reviewable diffs between releases."""
-    head = {k: v for k, v in table.items() if k != "flags"}
-    lines = [json.dumps(head, sort_keys=True)[:-1] + ', "flags": {']
-    items = list(table["flags"].items())
-    for i, (flag, entry) in enumerate(items):
-        sep = "," if i < len(items) - 1 else ""
-        lines.append(f"  {json.dumps(flag)}: {json.dumps(entry, sort_keys=True)}{sep}")
-    lines.append("}}")
+    head = {k: v for k, v in table.items() if k not in ("flags", "environment")}
+    lines = [json.dumps(head, sort_keys=True)[:-1] + ","]
+    for key in ("environment", "flags"):
+        lines.append(f"{json.dumps(key)}: {{")
+        items = list(table[key].items())
+        for i, (name, entry) in enumerate(items):
+            sep = "," if i < len(items) - 1 else ""
+            lines.append(f"  {json.dumps(name)}: {json.dumps(entry, sort_keys=True)}{sep}")
+        lines.append("}," if key == "environment" else "}}")
     return "\n".join(lines) + "\n"
 
 

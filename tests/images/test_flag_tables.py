@@ -24,7 +24,7 @@ def test_committed_table_reproduces_from_the_wheel(version: str) -> None:
 
 
 def test_every_supported_release_has_a_table_and_nothing_else() -> None:
-    found = sorted(p.name for p in (IMAGES / "flags" / "tables").glob("*.json"))
+    found = sorted(p.name for p in (IMAGES.parent / "sglangflags" / "tables").glob("*.json"))
     assert found == sorted(f"sglang-{v}.json" for v in extract.SUPPORTED)
 
 

@@ -94,7 +94,9 @@ def test_versioned_flags_without_a_version_label_fail() -> None:
         ("auto", record("absent"), "fp8_e4m3", False, True),
         ("auto", {}, "fp8_e4m3", False, True),
         ("enabled", record("absent"), "fp8_e4m3", False, True),
-        ("auto", record("absent"), "auto", False, False),  # BF16 KV never takes the FP8 path
+        # SGLang resolves "auto" to fp8_e4m3 for DSA models on compute major >= 10 (tests/sglang_real)
+        ("auto", record("absent"), "auto", False, True),
+        ("auto", record("absent"), "bf16", False, False),  # BF16 KV never takes the FP8 path
         ("disabled", record("applied"), "fp8_e4m3", True, False),
         ("disabled", record("absent"), "fp8_e4m3", True, True),
     ],
@@ -253,7 +255,7 @@ def _example_settings() -> tuple[dict[str, Any], int, str]:
     return s, merged["sglang_gpu_count"], merged["sglang_gpu_arch"]
 
 
-@pytest.mark.parametrize("version", sorted(p.name[7:-5] for p in flags.TABLES.glob("sglang-*.json")))
+@pytest.mark.parametrize("version", sorted(p.name[7:-5] for p in flags.flagtable.TABLES.glob("sglang-*.json")))
 @pytest.mark.parametrize("guard", ["applied", "absent"])
 def test_example_inventory_renders_only_what_each_release_accepts(version: str, guard: str) -> None:
     s, gpus, arch = _example_settings()
@@ -280,3 +282,65 @@ def test_preflight_warns_on_deprecated_values_with_or_without_a_version() -> Non
     ]
     # where the release has the new flag the role renders it: nothing deprecated to warn about
     assert flags.sglang_server_deprecations(settings(enable_flashinfer_allreduce_fusion=True), "0.5.14") == []
+
+
+@pytest.mark.parametrize(
+    ("kv", "arch", "fp8"),
+    [("auto", "120", True), ("auto", "100", True), ("auto", "90", False), ("auto", "", False),
+     ("bf16", "120", False), ("fp8_e5m2", "90", True)],
+)  # fmt: skip
+def test_the_dsa_guard_decides_fp8_from_the_dtype_sglang_resolves(kv: str, arch: str, fp8: bool) -> None:
+    out = flags.sglang_server_argv(settings(kv_cache_dtype=kv), "0.5.23", record("absent"), arch)
+    assert out["kv_cache_fp8"] is fp8
+    assert ("--disable-chunked-prefix-cache" in out["argv"]) is fp8
+
+
+def test_speculative_decoding_renders_from_structured_settings() -> None:
+    spec = {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4, "draft_model_path": ""}
+    out = flags.sglang_server_argv(settings(speculative=spec), "0.5.23", record("applied"), "120")
+    assert out["errors"] == []
+    got = pairs(out["argv"])
+    assert [got["--speculative-algorithm"], got["--speculative-num-steps"], got["--speculative-eagle-topk"],
+            got["--speculative-num-draft-tokens"]] == ["EAGLE", "3", "1", "4"]  # fmt: skip
+    assert "--speculative-draft-model-path" not in out["argv"]
+    off = flags.sglang_server_argv(settings(speculative={"algorithm": ""}), "0.5.23", record("applied"), "120")
+    assert not [a for a in off["argv"] if a.startswith("--speculative")]
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ({"algorithm": "MEDUSA"}, "sglang_server_speculative.algorithm must be one of"),
+        ({"algorithm": "EAGLE", "num_steps": 0}, "sglang_server_speculative.num_steps must be an integer of 1 or more"),
+        ({"algorithm": "EAGLE", "num_steps": True}, "sglang_server_speculative.num_steps must be an integer"),
+        ({"algorithm": "", "num_steps": 3}, "sglang_server_speculative sets num_steps without an algorithm"),
+        ({"algorithm": "EAGLE", "steps": 3}, "sglang_server_speculative has unknown keys ['steps']"),
+        ("EAGLE", "sglang_server_speculative must be a mapping"),
+    ],
+)
+def test_bad_speculative_settings_name_the_key(spec: Any, needle: str) -> None:
+    assert any(needle in e for e in flags.sglang_server_check(settings(speculative=spec), 8)), needle
+    assert any(needle in e for e in flags.sglang_server_argv(settings(speculative=spec), "0.5.23", {}, "120")["errors"])
+
+
+@pytest.mark.parametrize(("version", "env", "warned"), [("0.5.21", {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, False),
+                                                      ("0.5.23", {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, False),
+                                                      ("0.5.20", {}, True), ("0.5.17", {}, True)])  # fmt: skip
+def test_pcie_ipc_allreduce_is_set_only_where_the_release_reads_it(version: str, env: dict, warned: bool) -> None:
+    out = flags.sglang_server_argv(settings(pcie_ipc_allreduce=True), version, record("applied"), "120")
+    assert out["env"] == env
+    assert any(f"SGLang {version} has no SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in w for w in out["warnings"]) is warned
+
+
+def test_sglang_environment_names_are_checked_against_the_release() -> None:
+    out = flags.sglang_server_argv(
+        settings(env={"SGLANG_PCIE_IPC_MAX_NUMEL": "0", "SGLANG_ENABEL_PCIE_IPC_ALLREDUCE": "1", "NCCL_X": "x"}),
+        "0.5.23",
+        record("applied"),
+        "120",
+    )
+    unknown = [w for w in out["warnings"] if "declared switches" in w]
+    assert unknown == [
+        "sglang_server_env: SGLANG_ENABEL_PCIE_IPC_ALLREDUCE is not one of SGLang 0.5.23's declared switches "
+        "(its environ.py): a typo, or another release's switch?"
+    ]

@@ -8,7 +8,7 @@ and the allowed values, so a bad inventory stops in preflight before any host ch
 Both the production image (``python3 -m sglang.launch_server``) and the test engine
 (``python3 -m testengine``) receive the same argv (docs/architecture.md).
 
-Which flags and values a release accepts is not guessed: images/flags/tables/ holds each
+Which flags and values a release accepts is not guessed: the ``sglangflags`` package holds each
 release's table, read from its wheel (images/flags/extract.py). The renderer picks the
 flag names the release has (``--dsa-*`` vs ``--nsa-*``, ``--cuda-graph-max-bs-decode``,
 ``--flashinfer-allreduce-fusion-backend``) and refuses any flag or value the release's
@@ -18,18 +18,39 @@ flag names the release has (``--dsa-*`` vs ``--nsa-*``, ``--cuda-graph-max-bs-de
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-FLAGTABLE = Path(__file__).resolve().parents[3] / "images" / "flags" / "flagtable.py"
-TABLES = FLAGTABLE.parent / "tables"
+try:
+    import sglangflags as flagtable
+except ImportError as exc:  # the controller runs outside the bundle's virtualenv
+    raise ImportError(
+        "the sglang_server role needs the bundle's sglangflags package on the Ansible controller: "
+        "run ansible-playbook from the bundle's virtualenv (bash scripts/setup.sh && . .venv/bin/activate)"
+    ) from exc
 
 PREFIX = "sglang_server_"
 GUARD_FIX = "dsa-fp8-page-table-guard"
+
+DSA_BACKENDS = (
+    "",
+    "flashmla_sparse",
+    "flashmla_sparse_q8",
+    "flashmla_kv",
+    "flashmla_auto",
+    "flashinfer_sparse_mla",
+    "triton_sparse_mla",
+    "fa3",
+    "tilelang",
+    "trtllm",
+)
+# sglang_server_speculative.algorithm: SGLang's --speculative-algorithm (NEXTN is its alias of EAGLE
+# for a model's own MTP layer, GLM-5's GlmMoeDsaForCausalLMNextN).
+SPECULATIVE_ALGORITHMS = ("", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+SPECULATIVE_INTS = ("num_steps", "eagle_topk", "num_draft_tokens")
+# FlashInfer's PCIe IPC all-reduce for GPUs without NVLink: an environment switch of SGLang >= 0.5.21.
+PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 
 # Superset of the values accepted across the SGLang releases we deploy (0.5.9 .. 0.5.23).
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -62,8 +83,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
         "nsa",
         "torch_native",
     ),
-    "dsa_prefill_backend": ("", "flashmla_sparse", "flashmla_kv", "flashmla_auto", "fa3", "tilelang", "trtllm"),
-    "dsa_decode_backend": ("", "flashmla_sparse", "flashmla_kv", "flashmla_auto", "fa3", "tilelang", "trtllm"),
+    # (each release's table then says which of these it has: flashinfer_sparse_mla from 0.5.17)
+    "dsa_prefill_backend": DSA_BACKENDS,
+    "dsa_decode_backend": DSA_BACKENDS,
     "moe_runner_backend": (
         "",
         "auto",
@@ -115,6 +137,11 @@ MANAGED_FLAGS: dict[str, str] = {
     "--disable-chunked-prefix-cache": "radix_cache",
     "--flashinfer-allreduce-fusion-backend": "enable_flashinfer_allreduce_fusion",
     "--api-key": "api_key",
+    "--speculative-algorithm": "speculative",
+    "--speculative-num-steps": "speculative",
+    "--speculative-eagle-topk": "speculative",
+    "--speculative-num-draft-tokens": "speculative",
+    "--speculative-draft-model-path": "speculative",
 }
 # The variable behind a rendered flag, for error messages (the first key of MANAGED_FLAGS wins).
 FLAG_VARIABLE: dict[str, str] = {}
@@ -132,6 +159,8 @@ class Rendered:
     radix_cache_disabled: bool = False
     radix_cache_reason: str = ""
     table: str = ""  # which release's flag table checked the argv
+    env: dict[str, str] = field(default_factory=dict)  # SGLang switches the settings turn on
+    kv_cache_fp8: bool = False  # the KV cache SGLang will use is FP8 (resolved, not as spelled)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -141,19 +170,9 @@ class Rendered:
             "radix_cache_disabled": self.radix_cache_disabled,
             "radix_cache_reason": self.radix_cache_reason,
             "flag_table": self.table,
+            "env": self.env,
+            "kv_cache_fp8": self.kv_cache_fp8,
         }
-
-
-def _load_flagtable() -> Any:
-    """images/flags/flagtable.py (the one reader of the flag tables), imported by path."""
-    spec = importlib.util.spec_from_file_location("sglang_deploy_flagtable", FLAGTABLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-flagtable = _load_flagtable()
 
 
 @functools.lru_cache(maxsize=64)
@@ -265,6 +284,8 @@ def check_settings(settings: dict[str, Any], gpu_count: Any = None) -> list[str]
             f"{PREFIX}cuda_graph_max_bs is set while {PREFIX}disable_cuda_graph is true: "
             "contradictory, unset one of them"
         )
+    _check_speculative(settings.get("speculative"), errors)
+    _as_bool(settings, "pcie_ipc_allreduce", errors)
     extra = settings.get("extra_args") or []
     if not isinstance(extra, list) or not all(isinstance(a, str | int | float) for a in extra):
         errors.append(f"{PREFIX}extra_args must be a list of strings, got {extra!r}")
@@ -280,6 +301,45 @@ def check_settings(settings: dict[str, Any], gpu_count: Any = None) -> list[str]
             elif owner:
                 errors.append(f"{PREFIX}extra_args contains {flag}, which {PREFIX}{owner} already controls")
     return errors
+
+
+def _check_speculative(spec: Any, errors: list[str]) -> None:
+    """sglang_server_speculative: {algorithm, num_steps, eagle_topk, num_draft_tokens, draft_model_path}."""
+    var = f"{PREFIX}speculative"
+    if spec in (None, "", {}):
+        return
+    if not isinstance(spec, dict):
+        errors.append(f"{var} must be a mapping (algorithm, num_steps, eagle_topk, num_draft_tokens), got {spec!r}")
+        return
+    unknown = sorted(set(spec) - {"algorithm", *SPECULATIVE_INTS, "draft_model_path"})
+    if unknown:
+        errors.append(
+            f"{var} has unknown keys {unknown}: allowed algorithm, num_steps, eagle_topk, num_draft_tokens, "
+            "draft_model_path"
+        )
+    algorithm = "" if _empty(spec.get("algorithm")) else str(spec.get("algorithm")).strip()
+    if algorithm not in SPECULATIVE_ALGORITHMS:
+        errors.append(f"{var}.algorithm must be one of: '', {', '.join(SPECULATIVE_ALGORITHMS[1:])}; got {algorithm!r}")
+    numbers = {k: spec.get(k) for k in SPECULATIVE_INTS if not _empty(spec.get(k))}
+    for key, value in numbers.items():
+        if isinstance(value, bool) or not str(value).strip().isdigit() or int(str(value)) < 1:
+            errors.append(f"{var}.{key} must be an integer of 1 or more, got {value!r}")
+    if not algorithm and (numbers or not _empty(spec.get("draft_model_path"))):
+        errors.append(f"{var} sets {', '.join(sorted(numbers)) or 'draft_model_path'} without an algorithm")
+
+
+def _kv_cache_fp8(settings: dict[str, Any], arch: str) -> bool:
+    """Whether the KV cache SGLang uses will be FP8: as spelled, or ``auto`` on Blackwell.
+
+    SGLang (0.5.17 and 0.5.23, read by tests/sglang_real) turns ``--kv-cache-dtype auto`` into
+    ``fp8_e4m3`` for DSA models when the GPU's compute major is 10 or more ("Setting KV cache dtype
+    to fp8_e4m3 for DeepSeek DSA on SM12 device"). The bundle serves GLM-5 (a DSA model), so on
+    sm_100/sm_120 ``auto`` is FP8 for the DSA guard's fallback.
+    """
+    dtype = str(settings.get("kv_cache_dtype") or "auto").strip()
+    if dtype.startswith("fp8"):
+        return True
+    return dtype == "auto" and arch.isdigit() and int(arch) >= 100
 
 
 def _guard_status(patch_record: Any) -> str:
@@ -374,6 +434,14 @@ def render_argv(
     graph_flag = "--cuda-graph-max-bs-decode" if new_graph else "--cuda-graph-max-bs"
     add(graph_flag, "cuda_graph_max_bs")
     add("--stream-interval", "stream_interval")
+    spec = settings.get("speculative") if isinstance(settings.get("speculative"), dict) else {}
+    if not _empty(spec.get("algorithm")):
+        argv.extend(["--speculative-algorithm", str(spec["algorithm"]).strip()])
+        for key in SPECULATIVE_INTS:
+            if not _empty(spec.get(key)):
+                argv.extend([f"--speculative-{key.replace('_', '-')}", str(spec[key]).strip()])
+        if not _empty(spec.get("draft_model_path")):
+            argv.extend(["--speculative-draft-model-path", str(spec["draft_model_path"]).strip()])
     switch("--enable-metrics", "enable_metrics")
     switch("--trust-remote-code", "trust_remote_code")
     add("--reasoning-parser", "reasoning_parser")
@@ -401,7 +469,7 @@ def render_argv(
     radix = str(settings.get("radix_cache") or "auto").strip()
     guard = _guard_status(patch_record)
     guard_missing = guard in ("absent", "missing")
-    fp8_kv = str(settings.get("kv_cache_dtype") or "").startswith("fp8")
+    fp8_kv = out.kv_cache_fp8 = _kv_cache_fp8(settings, arch)
     if guard_missing and fp8_kv:
         argv.append("--disable-chunked-prefix-cache")
         out.warnings.append(
@@ -424,7 +492,34 @@ def render_argv(
         errors, warnings = check_against_table(argv, table, table["sglang_version"])
         out.errors += errors
         out.warnings += warnings
+    _render_env(settings, table, out)
     return out
+
+
+def _render_env(settings: dict[str, Any], table: dict[str, Any] | None, out: Rendered) -> None:
+    """SGLang's environment switches the settings turn on, where the release reads them."""
+    known = (table or {}).get("environment")
+    version = (table or {}).get("sglang_version", "?")
+    if _as_bool(settings, "pcie_ipc_allreduce", []):
+        if known is None:
+            out.warnings.append(
+                f"{PREFIX}pcie_ipc_allreduce: the SGLang version is unknown; {PCIE_IPC_ENV}=1 set (read from 0.5.21)"
+            )
+            out.env[PCIE_IPC_ENV] = "1"
+        elif PCIE_IPC_ENV in known:
+            out.env[PCIE_IPC_ENV] = "1"
+        else:
+            out.warnings.append(
+                f"{PREFIX}pcie_ipc_allreduce: SGLang {version} has no {PCIE_IPC_ENV} (0.5.21 and later): not set, "
+                "all-reduce stays on NCCL / custom all-reduce"
+            )
+    env = settings.get("env") if isinstance(settings.get("env"), dict) else {}
+    for name in sorted(env):
+        if known is not None and str(name).startswith("SGLANG_") and str(name) not in known:
+            out.warnings.append(
+                f"{PREFIX}env: {name} is not one of SGLang {version}'s declared switches (its environ.py): "
+                "a typo, or another release's switch?"
+            )
 
 
 def sglang_server_check(settings: dict[str, Any], gpu_count: Any = None, sglang_version: Any = None) -> list[str]:
@@ -456,7 +551,7 @@ def sglang_server_deprecations(settings: dict[str, Any], sglang_version: Any = N
 
 
 def _newest_table_version() -> str:
-    names = [p.name[len("sglang-") : -len(".json")] for p in TABLES.glob("sglang-*.json")]
+    names = [p.name[len("sglang-") : -len(".json")] for p in flagtable.TABLES.glob("sglang-*.json")]
     return max(names, key=flagtable.version_key) if names else ""
 
 

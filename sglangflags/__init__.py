@@ -1,8 +1,14 @@
-"""Read the committed flag tables and check an argv against one: the one helper for every reader.
+"""SGLang's ``launch_server`` flags per release: the committed tables and the one reader of them.
 
-Stdlib only, imported by file path: the roles' filter plugin (on the Ansible controller) and
-the test engine (in its minimal image) both use it, each wording the problems its own way
-(an inventory variable for the roles, argparse's message for the test engine).
+``sglangflags/tables/sglang-<version>.json`` holds every flag a release's ``launch_server``
+accepts (its value, choices, deprecation, and the ``--no-*`` form of each optional boolean),
+read from that release's wheel by ``images/flags/extract.py``; ``environment`` lists the
+``SGLANG_*`` switches the release reads (its ``environ.py``).
+
+An importable package (stdlib only) because three places read it: the roles' filter plugin
+on the Ansible controller, the test engine in its minimal image, and the tests. Each words
+the problems its own way (an inventory variable for the roles, argparse's message for the
+test engine).
 """
 
 from __future__ import annotations
