@@ -269,7 +269,8 @@ def build_sglang(args: argparse.Namespace) -> str:
         build_args["PIP_EXTRA_INDEX_URL"] = args.pip_extra_index_url
     with tempfile.TemporaryDirectory(prefix="sglang-ctx-") as tmp:
         ctx = Path(tmp)
-        for name in ("Dockerfile", "hashes.txt", "healthcheck.py", "allreduce_bench.py", "wheels/README.md"):
+        staged = ("Dockerfile", "hashes.txt", "healthcheck.py", "smoke.py", "allreduce_bench.py", "wheels/README.md")
+        for name in staged:
             _link_or_copy(HERE / "sglang" / name, ctx / "sglang" / name)
         _stage_patches(ctx)
         _stage_validate(ctx, build_args)

@@ -120,6 +120,34 @@ def test_cpu_test_image_runtime_contract(cpu_image, docker_client):
     assert out.strip() == "ok"
 
 
+def _smoke_in(client, tag: str, python: str) -> tuple[int, str]:
+    """images/sglang/smoke.py --mode cpu-test under ``python`` in ``tag`` (the script fed on stdin)."""
+    script = (IMAGES / "sglang" / "smoke.py").read_text()
+    container = client.containers.run(
+        tag, entrypoint=[python, "-c"], command=[script + "\nraise SystemExit(main(['--mode', 'cpu-test']))"],
+        detach=True, network_disabled=True,
+    )  # fmt: skip
+    try:
+        code = container.wait(timeout=120)["StatusCode"]
+        return code, container.logs().decode()
+    finally:
+        container.remove(v=True, force=True)
+
+
+@pytest.mark.network
+def test_cpu_test_image_can_compile_against_python_h(cpu_image, docker_client):
+    """The runtime stage has the headers and a compiler Triton builds its launcher with (the build ran it too)."""
+    code, out = _smoke_in(docker_client, CPU_TAG, "/opt/venv/bin/python")
+    assert code == 0 and "image smoke: ok (Python.h, a C extension)" in out, out
+
+
+def test_the_smoke_step_fails_an_image_without_python_headers(docker_client):
+    """The test-engine image (scripts/setup.sh builds it) is bookworm's python3 without python3-dev."""
+    code, out = _smoke_in(docker_client, f"{image_build.TEST_ENGINE_REPO}:release-a", "python3")
+    assert code == 1, out
+    assert "image smoke: FAIL no Python.h in /usr/include/python3.11" in out, out
+
+
 @pytest.mark.network
 def test_rebuild_with_same_inputs_is_skipped(cpu_image, docker_client):
     proc = build("sglang-cpu-test", "--tag", CPU_TAG)

@@ -216,13 +216,13 @@ def test_env_values_become_strings() -> None:
     assert flags.sglang_server_str_values({"A": 1, "B": True, "C": "x"}) == {"A": "1", "B": "true", "C": "x"}
 
 
-def _example_settings() -> tuple[dict[str, Any], int, str]:
-    """inventory/example's server settings (all + the rtx_pro_6000 profile), keyed like the role's vars."""
+def _example_settings(profile: str = "rtx_pro_6000") -> tuple[dict[str, Any], int, str]:
+    """inventory/example's server settings (all + one GPU profile), keyed like the role's vars."""
     import yaml
     from roles_testlib import REPO
 
     merged: dict[str, Any] = {}
-    for f in ("all/main.yml", "rtx_pro_6000.yml"):
+    for f in ("all/main.yml", f"{profile}.yml"):
         merged.update(yaml.safe_load((REPO / "inventory/example/group_vars" / f).read_text()))
     keys = [
         "model_path",
@@ -249,16 +249,25 @@ def _example_settings() -> tuple[dict[str, Any], int, str]:
         "enable_flashinfer_allreduce_fusion",
         "radix_cache",
         "extra_args",
+        "speculative",
+        "pcie_ipc_allreduce",
+        "env",
     ]
     s = {k: merged.get(f"sglang_server_{k}", "") for k in keys}
     s.update(listen_host="0.0.0.0", port=merged.get("sglang_server_port", 30000), extra_args=s["extra_args"] or [])
     return s, merged["sglang_gpu_count"], merged["sglang_gpu_arch"]
 
 
-@pytest.mark.parametrize("version", sorted(p.name[7:-5] for p in flags.flagtable.TABLES.glob("sglang-*.json")))
+RELEASES = sorted((p.name[7:-5] for p in flags.flagtable.TABLES.glob("sglang-*.json")), key=flags.flagtable.version_key)
+# The profiles pin what SGLang resolves on Blackwell; flashinfer_sparse_mla is a DSA backend from 0.5.17 on.
+PROFILE_RELEASES = [v for v in RELEASES if flags.flagtable.version_key(v) >= (0, 5, 17)]
+
+
+@pytest.mark.parametrize("version", PROFILE_RELEASES)
 @pytest.mark.parametrize("guard", ["applied", "absent"])
-def test_example_inventory_renders_only_what_each_release_accepts(version: str, guard: str) -> None:
-    s, gpus, arch = _example_settings()
+@pytest.mark.parametrize("profile", ["rtx_pro_6000", "b200"])
+def test_example_inventory_renders_only_what_each_release_accepts(version: str, guard: str, profile: str) -> None:
+    s, gpus, arch = _example_settings(profile)
     assert flags.sglang_server_check(s, gpus, version) == []
     out = flags.sglang_server_argv(s, version, record(guard), arch)
     assert out["errors"] == [] and out["flag_table"] == version
@@ -267,6 +276,14 @@ def test_example_inventory_renders_only_what_each_release_accepts(version: str, 
     assert all(f in table and not table[f].get("deprecated") for f in rendered), rendered
     assert not [w for w in out["warnings"] if "deprecated" in w]  # the example uses no deprecated flag or value
     assert pairs(out["argv"])["--tool-call-parser"] == "glm47"
+
+
+@pytest.mark.parametrize("version", [v for v in RELEASES if v not in PROFILE_RELEASES])
+def test_the_sm120_profile_is_refused_by_name_on_releases_without_its_dsa_kernels(version: str) -> None:
+    s, _gpus, arch = _example_settings("rtx_pro_6000")
+    out = flags.sglang_server_argv(s, version, record("applied"), arch)
+    assert any(e.startswith("sglang_server_dsa_prefill_backend=flashinfer_sparse_mla is refused by SGLang") or
+               f"SGLang {version} has no flag" in e for e in out["errors"]), out["errors"]  # fmt: skip
 
 
 def test_preflight_warns_on_deprecated_values_with_or_without_a_version() -> None:

@@ -11,7 +11,7 @@ Prints one JSON object: the parser's flags (``--flag`` -> takes a value, action,
 the resolved settings this project's profiles depend on, and what SGLang logged while resolving.
 
     python probe.py --capability 12.0 --gpus 8 --memory-gib 96 -- --model-path DIR --tp-size 8 ...
-    python probe.py --parser-only
+    python probe.py --capability 10.0 --memory-gib 180 --cases cases.json     # {name: argv}, one process
 """
 
 from __future__ import annotations
@@ -113,6 +113,10 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+# Environment switches the profiles set (read back through SGLang's own envs).
+ENV_SWITCHES = ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",)
+
+
 def fake_devices(capability: tuple[int, int], gpus: int, memory_gib: float, name: str) -> None:
     """CUDA as SGLang asks for it (torch.cuda.*, torch.version.cuda, nvidia-smi), nothing else."""
     import torch
@@ -212,20 +216,29 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--memory-gib", type=float, default=96.0)
     ap.add_argument("--name", default="NVIDIA RTX PRO 6000 Blackwell Server Edition")
-    ap.add_argument("--parser-only", action="store_true", help="print the parser's flags only")
-    ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the launch_server argv")
+    ap.add_argument("--cases", type=Path, help="JSON {name: argv}: resolve each (one process, one device)")
+    ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- then one launch_server argv (without --cases)")
     opts = ap.parse_args()
     argv = opts.argv[1:] if opts.argv[:1] == ["--"] else opts.argv
+    cases: dict[str, list[str]] = json.loads(opts.cases.read_text()) if opts.cases else ({"argv": argv} if argv else {})
     major, minor = (int(x) for x in opts.capability.split("."))
     sys.meta_path.insert(0, _StandInFinder())
     fake_devices((major, minor), opts.gpus, opts.memory_gib, opts.name)
     import sglang
 
-    out: dict[str, Any] = {"sglang_version": sglang.__version__, "parser": parser_facts()}
-    if not opts.parser_only:
-        out.update(resolve(argv))
+    out: dict[str, Any] = {"sglang_version": sglang.__version__, "parser": parser_facts(), "environment": environment()}
+    out["cases"] = {name: resolve(case) for name, case in cases.items()}
     json.dump(out, sys.stdout, sort_keys=True)
     return 0
+
+
+def environment() -> dict[str, Any]:
+    """The SGLANG_* switches the profiles set, as the release reads them (None: it has no such switch)."""
+    try:
+        from sglang.srt.environ import envs
+    except ImportError:
+        return {}
+    return {name: (getattr(envs, name).get() if hasattr(envs, name) else None) for name in ENV_SWITCHES}
 
 
 if __name__ == "__main__":
