@@ -7,7 +7,7 @@ host ("fatal error: Python.h: No such file or directory", SGLang PR 18644). This
 Dockerfile (no GPU needed) and fails the build instead.
 
     python3 smoke.py --mode cpu-test   # headers, a C extension against Python.h built and imported
-    python3 smoke.py --mode gpu        # + Triton's own cuda_utils launcher, + nvcc for each arch
+    python3 smoke.py --mode gpu        # + Triton's cuda_utils launcher, nvcc and a FlashInfer JIT module per arch
 
 Exit 0 when everything applies passed, 1 with one line per failure on stderr.
 """
@@ -117,6 +117,25 @@ def check_nvcc(workdir: Path, arch_list: str) -> list[str]:
     return failures
 
 
+FLASHINFER_JIT = """
+import flashinfer
+from flashinfer.jit import activation
+spec = activation.gen_act_and_mul_module("silu")
+spec.build(verbose=False) if hasattr(spec, "build") else spec.build_and_load()
+print("ok", flashinfer.__version__, spec.name)
+"""
+
+
+def check_flashinfer_jit(workdir: Path, arch_list: str) -> str | None:
+    """FlashInfer's own JIT (ninja + nvcc) builds one of its modules for every arch of the list, GPU hidden."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", FLASHINFER_CUDA_ARCH_LIST=arch_list)
+    env["FLASHINFER_WORKSPACE_BASE"] = str(workdir / "flashinfer")
+    proc = subprocess.run([sys.executable, "-c", FLASHINFER_JIT], capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0 or not proc.stdout.startswith("ok"):
+        return f"FlashInfer could not JIT-build silu_and_mul for {arch_list}: {proc.stderr.strip()[-600:]}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=["cpu-test", "gpu"], required=True)
@@ -132,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "gpu":
             launcher = check_triton_launcher(work)
             failures += [launcher] if launcher else []
-            failures += check_nvcc(work, args.arch_list)
+            nvcc = check_nvcc(work, args.arch_list)
+            failures += nvcc
+            jit = None if nvcc else check_flashinfer_jit(work, args.arch_list)
+            failures += [jit] if jit else []
     for failure in failures:
         print(f"image smoke: FAIL {failure}", file=sys.stderr)
     if not failures:
-        gpu = f", Triton's launcher, nvcc {args.arch_list}" if args.mode == "gpu" else ""
+        gpu = f", Triton's launcher, nvcc and FlashInfer's JIT for {args.arch_list}" if args.mode == "gpu" else ""
         checks = f"Python.h, a C extension{gpu}"
         print(f"image smoke: ok ({checks})")
     return 1 if failures else 0
