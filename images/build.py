@@ -269,7 +269,8 @@ def build_sglang(args: argparse.Namespace) -> str:
         build_args["PIP_EXTRA_INDEX_URL"] = args.pip_extra_index_url
     with tempfile.TemporaryDirectory(prefix="sglang-ctx-") as tmp:
         ctx = Path(tmp)
-        staged = ("Dockerfile", "hashes.txt", "healthcheck.py", "smoke.py", "allreduce_bench.py", "wheels/README.md")
+        staged = ("Dockerfile", "hashes.txt", "healthcheck.py", "launch.py", "smoke.py", "allreduce_bench.py",
+                  "wheels/README.md")  # fmt: skip
         for name in staged:
             _link_or_copy(HERE / "sglang" / name, ctx / "sglang" / name)
         _stage_patches(ctx)
@@ -294,7 +295,8 @@ def build_test_engine(args: argparse.Namespace) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="test-engine-ctx-") as tmp:
         ctx = Path(tmp)
         _link_or_copy(HERE / "test-engine" / "Dockerfile", ctx / "images" / "test-engine" / "Dockerfile")
-        _link_or_copy(HERE / "sglang" / "healthcheck.py", ctx / "images" / "sglang" / "healthcheck.py")
+        for name in ("healthcheck.py", "launch.py"):
+            _link_or_copy(HERE / "sglang" / name, ctx / "images" / "sglang" / name)
         for name in ("apply.py", "patchset.py"):
             _link_or_copy(HERE / "patches" / name, ctx / "images" / "patches" / name)
         for src in sorted((REPO / "sglangflags").rglob("*")):

@@ -18,6 +18,7 @@ import secrets
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -130,6 +131,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "sglang_server_port": e.port,
         "sglang_server_state_dir": str(tmp / "state"),
         "sglang_server_api_key": e.key,
+        "sglang_server_secret_dir": str(tmp / "secrets"),
         "flashinfer_cache_volume_prefix": e.prefix,
         "sglang_reports_dir": str(tmp / "reports"),
     }
@@ -190,12 +192,37 @@ def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env) -> None:
     assert (Path(host["report_dir"]) / "server-gate-window.log").is_file()
     assert [c["name"] for c in report["checks"]].count("logs.crash_signatures") == 1
     # The API key is used (the gate passed through it) but never shown, even at -vvv, or stored.
-    assert "SGLANG_DEPLOY_API_KEY" in run.out  # the -vvv output is really there
+    assert "/opt/sglang-deploy/launch.py" in run.out  # the -vvv output is really there
     assert env.key not in run.out
     for path in (env.tmp / "reports").rglob("*"):
         assert not path.is_file() or env.key not in path.read_text(errors="replace"), path
     for path in (env.tmp / "state").rglob("*"):
         assert env.key not in path.read_text(errors="replace"), path
+
+
+def test_the_api_key_reaches_the_server_from_a_root_only_file_and_nowhere_else(env: Env) -> None:
+    """Not in docker inspect (env, cmd, entrypoint), not in any process's command line, not in the log."""
+    c = env.container()
+    assert env.key not in json.dumps(c["Config"]) and env.key not in json.dumps(c["Args"])
+    assert c["Config"]["Entrypoint"][:4] == ["python3", "/opt/sglang-deploy/launch.py", "--api-key-file",
+                                             "/run/secrets/sglang-api-key"]  # fmt: skip
+    key_file = env.tmp / "secrets" / "api-key"
+    assert key_file.read_text().strip() == env.key and (key_file.stat().st_mode & 0o777) == 0o400
+    cmdlines = subprocess.run(
+        ["docker", "exec", env.name, "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "launch.py" in cmdlines and env.key not in cmdlines
+    logs = subprocess.run(["docker", "logs", env.name], capture_output=True, text=True, check=True)
+    assert env.key not in logs.stdout + logs.stderr
+    # and the server really holds it: a request without the key is refused, with it answered
+    url = f"http://127.0.0.1:{env.port}/v1/models"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=5)
+    assert refused.value.code == 401
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {env.key}"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
 
 
 def test_second_run_changes_and_restarts_nothing(env: Env) -> None:

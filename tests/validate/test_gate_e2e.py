@@ -398,7 +398,7 @@ def test_wait_times_out(capsys):
 
 @pytest.mark.skipif(os.environ.get("CI_SKIP_SLOW") == "1", reason="CI_SKIP_SLOW")
 def test_reference_config_fails_an_8_tok_s_single_stream(engine_factory, tmp_path, capsys):
-    """The reference gate's 30 tok/s floor catches the 8 tok/s reference run's defect."""
+    """The reference gate's 60 tok/s floor (MTP on) catches the 8 tok/s reference run's defect."""
     eng = engine_factory("--engine-fault", "slow_single:8")
     import yaml
 
@@ -415,7 +415,7 @@ def test_reference_config_fails_an_8_tok_s_single_stream(engine_factory, tmp_pat
     cfg.write_text(yaml.safe_dump(ref))
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
     c = check(rep, "single_stream.decode_tok_s")
-    assert code == 1 and not c["passed"] and c["required"] == 30
+    assert code == 1 and not c["passed"] and c["required"] == 60
 
 
 @pytest.mark.docker

@@ -99,6 +99,20 @@ def test_gates_ran_next_to_the_servers_and_the_summary_says_so(host):
             assert H1_KEY.encode() not in path.read_bytes(), path
 
 
+def test_the_server_key_is_in_no_container_config_command_line_or_log(host):
+    """h1's key reaches its server through a root-only file and the launcher, nowhere else."""
+    if helpers.inventory_name(host) != "mol-fleet-h1":
+        pytest.skip("only mol-fleet-h1 has a key")
+    name, info = _server(host)
+    assert H1_KEY not in str(info["Config"]) and H1_KEY not in str(info["Args"])
+    assert info["Config"]["Entrypoint"][:3] == ["python3", "/opt/sglang-deploy/launch.py", "--api-key-file"]
+    key_file = host.file("/dev/shm/sglang-molecule-gate/mol-fleet-h1-server/api-key")
+    assert key_file.mode == 0o400 and key_file.user == "root"
+    assert H1_KEY not in helpers.container_logs(host, name, tail=100000)
+    cmdlines = host.check_output("docker exec %s sh -c 'cat /proc/[0-9]*/cmdline' | tr '\\0' ' '", name)
+    assert "launch.py" in cmdlines and H1_KEY not in cmdlines
+
+
 def test_no_gate_container_and_no_key_file_is_left(host):
     me = helpers.inventory_name(host)
     left = host.check_output("docker ps -aq --filter label=io.sglang-deploy.role=gate").split()
