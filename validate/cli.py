@@ -128,7 +128,7 @@ def _load_api_key(path: str | None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validate", description="Post-deploy gate for SGLang servers.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{gate,finalize,wait}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{gate,finalize,wait,check-config}")
     g = sub.add_parser("gate", help="measure the server and pass/fail it against gate.yml")
     g.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     g.add_argument("--config", required=True, help="gate config YAML (see validate/README.md)")
@@ -156,7 +156,24 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--timeout", type=float, default=900.0, help="seconds (default 900)")
     w.add_argument("--interval", type=float, default=5.0, help="seconds between progress lines (default 5)")
     w.add_argument("--api-key-file", metavar="FILE", help="read the server's API key from this file (one line)")
+    c = sub.add_parser("check-config", help="parse gate configs as the gate will (preflight: before any host changes)")
+    c.add_argument("configs", nargs="+", metavar="FILE", help="gate config YAML or JSON files")
     return p
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Every config must load: the rollout's preflight runs this, so a bad setting stops the run
+    before the canary's server is replaced, not after (exit 2 with each file's refusal)."""
+    bad = 0
+    for path in args.configs:
+        try:
+            cfg = load_config(path)
+        except ConfigError as exc:
+            bad += 1
+            print(f"{path}: {exc}", file=sys.stderr, flush=True)
+            continue
+        say(f"{path}: ok (deadline {cfg.deadline_s:g} s)")
+    return EXIT_USAGE if bad else EXIT_PASS
 
 
 def _check_logs(logs: list[str]) -> None:
@@ -339,7 +356,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"gate": cmd_gate, "finalize": cmd_finalize, "wait": cmd_wait}
+    commands = {"gate": cmd_gate, "finalize": cmd_finalize, "wait": cmd_wait, "check-config": cmd_check_config}
     try:
         _load_api_key(getattr(args, "api_key_file", None))
         return commands[args.command](args)

@@ -243,8 +243,15 @@ def test_second_run_changes_and_restarts_nothing(env: Env) -> None:
         ({"sglang_server_kv_cache_dtype": "fp9"}, "sglang_server_kv_cache_dtype must be one of: auto, fp8_e4m3"),
         ({"sglang_server_tp_size": 3}, "sglang_server_tp_size=3 must divide sglang_gpu_count=8"),
         ({"sglang_server_port": 70000}, "sglang_server_port must be in 1..65535"),
+        ({"sglang_gate_baseline_group": ""}, "sglang_gate_baseline_group must name the hosts one speed reference"),
+        ({"sglang_server_bind_address": "0.0.0.0", "sglang_server_api_key": ""},
+         "the server would answer on every address"),
+        # the gate's own loader, in preflight: before the canary's server is replaced
+        ({"sglang_gate_config": {"deadline_s": 600, "throughput": {"num_prompts": -3}}},
+         "sglang_gate_config is refused by the gate's loader (validate/README.md lists every setting): "
+         "gate-config-1.json: gate config: throughput.num_prompts: must be a whole number > 0"),
     ],
-)
+)  # fmt: skip
 def test_bad_value_stops_in_preflight_with_nothing_changed(env: Env, over: dict, needle: str) -> None:
     before = env.container()
     run = env.deploy(**over)

@@ -427,3 +427,20 @@ def test_every_size_and_count_has_an_upper_bound_named_in_the_refusal(data, expe
     with pytest.raises(ConfigError) as exc:
         parse_config(data)
     assert str(exc.value) == expected
+
+
+def test_check_config_parses_each_file_and_names_the_refused_one(tmp_path) -> None:
+    """python -m validate check-config: what the rollout's preflight runs on every distinct gate config."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yml"
+    bad.write_text("throughput: {num_prompts: 0}\n")
+    good = REPO / "validate" / "configs" / "reference.yml"
+    proc = subprocess.run([sys.executable, "-m", "validate", "check-config", str(good), str(bad)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{good}: ok (deadline 5100 s)" in proc.stdout + proc.stderr
+    assert f"{bad}: gate config: throughput.num_prompts: must be a whole number > 0" in proc.stderr
+    ok = subprocess.run([sys.executable, "-m", "validate", "check-config", str(good)], capture_output=True, check=False)
+    assert ok.returncode == 0
