@@ -121,10 +121,10 @@ def test_cpu_test_image_runtime_contract(cpu_image, docker_client):
 
 
 def _smoke_in(client, tag: str, python: str) -> tuple[int, str]:
-    """images/sglang/smoke.py --mode cpu-test under ``python`` in ``tag`` (the script fed on stdin)."""
+    """images/sglang/smoke.py --mode cpu-test under ``python`` in ``tag`` (the script passed with -c)."""
     script = (IMAGES / "sglang" / "smoke.py").read_text()
     container = client.containers.run(
-        tag, entrypoint=[python, "-c"], command=[script + "\nraise SystemExit(main(['--mode', 'cpu-test']))"],
+        tag, entrypoint=[python, "-c"], command=[script, "--mode", "cpu-test"],
         detach=True, network_disabled=True,
     )  # fmt: skip
     try:
