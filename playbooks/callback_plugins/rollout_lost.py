@@ -46,6 +46,7 @@ def summarize(records: list[dict[str, Any]], all_hosts: list[str], run_id: str) 
         "moved": hosts(lambda r: r["outcome"] == "ok" and r["gate"] == "pass"),
         "unchanged": hosts(lambda r: r["outcome"] == "ok" and r["gate"] != "pass"),
         "rolled_back": hosts(lambda r: r.get("rolled_back")),
+        "put_back": hosts(lambda r: r.get("put_back")),
         "failed": hosts(lambda r: r["outcome"] == "failed"),
         "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
     }

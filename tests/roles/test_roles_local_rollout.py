@@ -132,6 +132,19 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "sglang_server_state_dir": str(tmp / "state"),
         "sglang_server_api_key": e.key,
         "sglang_server_secret_dir": str(tmp / "secrets"),
+        # traffic hooks: each call appends "<drain|undrain> <host>" to hooks.log
+        "sglang_server_drain_command": [
+            "sh",
+            "-c",
+            'echo "$SGLANG_DEPLOY_HOOK $SGLANG_DEPLOY_HOST" >> "$0"',
+            str(tmp / "hooks.log"),
+        ],
+        "sglang_server_undrain_command": [
+            "sh",
+            "-c",
+            'echo "$SGLANG_DEPLOY_HOOK $SGLANG_DEPLOY_HOST" >> "$0"',
+            str(tmp / "hooks.log"),
+        ],
         "flashinfer_cache_volume_prefix": e.prefix,
         "sglang_reports_dir": str(tmp / "reports"),
     }
@@ -323,12 +336,30 @@ def test_crash_looping_server_fails_the_wait_at_once_and_is_rolled_back(env: Env
     assert host["gate"] == "not-ready" and host["rolled_back"] is True
 
 
-def test_run_after_rollback_is_unchanged(env: Env) -> None:
+def _hooks(env: Env) -> list[str]:
+    path = env.tmp / "hooks.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_run_after_rollback_puts_the_drained_host_back_then_changes_nothing(env: Env) -> None:
+    """The failed runs above left the host drained (rolled back, not undrained). The next run finds it
+    serving its last good config, healthy, and puts it back; the server is not touched; the run
+    after that has nothing to do."""
+    marker = env.tmp / "state" / f"{env.name}.drained.json"
+    assert _hooks(env)[-1] == "drain localhost" and json.loads(marker.read_text())["host"] == "localhost"
     before = env.container()
     run = env.deploy()
     assert run.rc == 0, run.out[-6000:]
-    assert run.changed() == 0, run.out[-6000:]
+    assert _hooks(env)[-1] == "undrain localhost" and not marker.exists()
     assert env.container()["Id"] == before["Id"]
+    assert env.container()["State"]["StartedAt"] == before["State"]["StartedAt"]
+    summary = env.summary()
+    assert summary["put_back"] == ["localhost"]
+    assert summary["hosts"][0]["put_back"].startswith("drained since run step")
+    assert "put back in rotation: 1" in run.out
+    again = env.deploy()
+    assert again.rc == 0 and again.changed() == 0, again.out[-6000:]
+    assert _hooks(env)[-1] == "undrain localhost" and env.summary()["put_back"] == []
 
 
 def test_upgrade_without_guard_disables_chunked_prefix_cache_and_prunes_old_caches(env: Env) -> None:
