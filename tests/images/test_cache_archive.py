@@ -1,0 +1,104 @@
+"""images/sglang/cache_archive.py: one cold start per fleet, and nothing damaged or foreign is ever seeded."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from images_testlib import IMAGES
+
+_spec = importlib.util.spec_from_file_location("cache_archive", IMAGES / "sglang" / "cache_archive.py")
+ca = importlib.util.module_from_spec(_spec)
+sys.modules["cache_archive"] = ca
+_spec.loader.exec_module(ca)
+
+KEY = "fi0.7.2-cu13.0-sm120-al12.0a"
+
+
+@pytest.fixture
+def warm_cache(tmp_path: Path) -> Path:
+    src = tmp_path / "volume-a"
+    (src / "0.7.2/120a/cached_ops/silu_and_mul").mkdir(parents=True)
+    (src / "0.7.2/120a/cached_ops/silu_and_mul/silu_and_mul.so").write_bytes(b"\x7fELF" + b"k" * 5000)
+    (src / "triton/abc").mkdir(parents=True)
+    (src / "triton/abc/kernel.cubin").write_bytes(b"cubin" * 100)
+    return src
+
+
+def test_a_seeded_volume_holds_exactly_what_the_warm_one_held(tmp_path: Path, warm_cache: Path) -> None:
+    made = ca.create(warm_cache, KEY, tmp_path / "out" / f"{KEY}.tar.gz")
+    assert made["files"] == 2 and made["modules"] == 1
+    assert (tmp_path / "out" / f"{KEY}.tar.gz.sha256").read_text().split()[0] == made["sha256"]
+    dest = tmp_path / "volume-b"
+    got = ca.seed(Path(made["archive"]), KEY, dest)
+    assert got["files"] == 2
+    for rel in ("0.7.2/120a/cached_ops/silu_and_mul/silu_and_mul.so", "triton/abc/kernel.cubin"):
+        assert (dest / rel).read_bytes() == (warm_cache / rel).read_bytes()
+    assert ca.warm(dest, KEY) == {"warm": True, "modules": 1}
+    assert not [p for p in dest.iterdir() if p.name.startswith(".seed-")]  # the staging folder is gone
+
+
+def test_warm_means_the_keys_modules_are_there(tmp_path: Path, warm_cache: Path) -> None:
+    made = ca.create(warm_cache, KEY, tmp_path / "a.tar.gz")
+    dest = tmp_path / "v"
+    ca.seed(Path(made["archive"]), KEY, dest)
+    assert ca.warm(dest, "fi0.7.2-cu13.0-sm100-al10.0a")["warm"] is False
+    (dest / "0.7.2/120a/cached_ops/silu_and_mul/silu_and_mul.so").unlink()
+    assert ca.warm(dest, KEY) == {"warm": False, "why": "1 of 1 modules missing or changed"}
+    assert ca.warm(tmp_path / "empty", KEY)["warm"] is False
+
+
+def test_a_cold_cache_is_not_archived(tmp_path: Path) -> None:
+    (tmp_path / "cold" / "logs").mkdir(parents=True)
+    (tmp_path / "cold" / "logs" / "build.log").write_text("x")
+    with pytest.raises(ca.Refused, match="holds no compiled module"):
+        ca.create(tmp_path / "cold", KEY, tmp_path / "x.tar.gz")
+
+
+def test_a_damaged_archive_is_refused_and_nothing_is_written(tmp_path: Path, warm_cache: Path) -> None:
+    made = ca.create(warm_cache, KEY, tmp_path / "a.tar.gz")
+    archive = Path(made["archive"])
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    with pytest.raises(ca.Refused, match=r"does not match .*damaged, not seeded"):
+        ca.seed(archive, KEY, tmp_path / "v")
+    assert not (tmp_path / "v").exists()
+
+
+def test_an_archive_of_another_key_is_refused(tmp_path: Path, warm_cache: Path) -> None:
+    made = ca.create(warm_cache, "fi0.7.2-cu13.0-sm100-al10.0a", tmp_path / "a.tar.gz")
+    with pytest.raises(ca.Refused, match=r"built for cache key 'fi0\.7\.2-cu13\.0-sm100-al10\.0a', this volume is"):
+        ca.seed(Path(made["archive"]), KEY, tmp_path / "v")
+    assert not (tmp_path / "v").exists()
+
+
+def test_an_archive_without_its_checksum_is_refused(tmp_path: Path, warm_cache: Path) -> None:
+    made = ca.create(warm_cache, KEY, tmp_path / "a.tar.gz")
+    Path(made["archive"] + ".sha256").unlink()
+    with pytest.raises(ca.Refused, match="no checksum next to the archive"):
+        ca.seed(Path(made["archive"]), KEY, tmp_path / "v")
+
+
+def test_a_path_that_leaves_the_volume_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        manifest = json.dumps({"schema": ca.SCHEMA, "key": KEY, "files": [], "modules": []}).encode()
+        info = tarfile.TarInfo(ca.MANIFEST)
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+        evil = tarfile.TarInfo("../../etc/cron.d/x")
+        evil.size = 1
+        tar.addfile(evil, io.BytesIO(b"x"))
+    (tmp_path / "evil.tar.gz.sha256").write_text(f"{ca._sha256(archive)}  evil.tar.gz\n")
+    with pytest.raises(ca.Refused, match="members outside the cache"):
+        ca.seed(archive, KEY, tmp_path / "v")
+
+
+def test_the_cli_exits_2_with_the_reason(tmp_path: Path) -> None:
+    assert ca.main(["seed", "--archive", str(tmp_path / "none.tar.gz"), "--key", KEY, "--dest", str(tmp_path)]) == 2
