@@ -66,9 +66,18 @@ def test_air_gapped_host_fetched_nothing(host):
     assert not host.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists
 
 
-def test_nvidia_runtime_registered_with_docker(host):
+def test_daemon_json_has_the_runtime_live_restore_and_log_rotation(host):
     config = json.loads(host.file("/etc/docker/daemon.json").content_string)
-    assert config["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+    assert config["runtimes"]["nvidia"] == {"args": [], "path": "nvidia-container-runtime"}
+    assert config["live-restore"] is True
+    assert config["log-driver"] == "json-file" and config["log-opts"] == {"max-file": "5", "max-size": "100m"}
+
+
+def test_log_settings_leave_a_restart_pending_on_the_host_and_nothing_restarted(host):
+    """dockerd reads log settings only at start: the restart waits for the rollout's drain (a run
+    narrowed to `--tags gpu_host` never does it), recorded on the host so no run forgets it."""
+    pending = json.loads(host.file("/var/lib/sglang-deploy/docker-restart-pending.json").content_string)
+    assert pending["settings"] == ["log-driver", "log-opts"]
 
 
 def test_tags_gpu_host_started_no_server():
