@@ -98,3 +98,17 @@ def run_role_tasks(tmp_path: Path, role: str, tasks_from: str, extra_vars: dict[
     var_file = tmp_path / f"{role}-{tasks_from}-vars.json"
     var_file.write_text(json.dumps(extra_vars))
     return ansible_playbook("-i", "localhost,", "-c", "local", str(play), "-e", f"@{var_file}", *args)
+
+
+RECORDED_SMI_Q = REPO / "tests/fixtures/nvidia-smi-h200-2026-12-02/nvidia-smi-q.txt"
+
+
+def recorded_nvidia_smi(tmp_path: Path, q_text: str | None = None) -> Path:
+    """An nvidia-smi that answers `-q` with the recorded H200's output (or ``q_text``, an edit of it)
+    and fails on anything else: what preflight asks every GPU host, on a machine without GPUs."""
+    answer = tmp_path / "nvidia-smi-q.txt"
+    answer.write_text(RECORDED_SMI_Q.read_text() if q_text is None else q_text)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\n[ "$1" = -q ] && exec cat {answer}\necho "no recording for: $*" >&2\nexit 9\n')
+    smi.chmod(0o755)
+    return smi

@@ -8,16 +8,20 @@ import math
 from pathlib import Path
 
 import pytest
-from roles_testlib import BIN, REPO, ansible_playbook, load_yaml
+from roles_testlib import BIN, REPO, ansible_playbook, load_yaml, recorded_nvidia_smi
 
 DEMO_VAULT_PASSWORD = "example-only-change-me"  # documented in inventory/example/group_vars/all/vault.yml
 
 
 def _example_preflight(tmp_path: Path, *extra: str):
-    """Preflight of inventory/example as written (ansible_become: true, no override): it only
-    asserts and reads on the controller, so it needs neither the hosts nor sudo here."""
+    """Preflight of inventory/example as written (ansible_become: true, no override), every host
+    played by this machine (local connection, already root: become needs no sudo). Preflight reaches
+    each host, so each "host" answers `nvidia-smi -q` with the recorded H200's output
+    (tests/fixtures/nvidia-smi-h200-2026-12-02) and the free-disk floor is this machine's, not a
+    GPU host's."""
     password = tmp_path / "vault-pass"
     password.write_text(DEMO_VAULT_PASSWORD + "\n")
+    smi = recorded_nvidia_smi(tmp_path)
     return ansible_playbook(
         "-i",
         "inventory/example",
@@ -28,6 +32,8 @@ def _example_preflight(tmp_path: Path, *extra: str):
         "ansible_connection=local",
         "-e",
         f'{{"ansible_python_interpreter": "{BIN / "python"}"}}',
+        "-e",
+        f"gpu_host_nvidia_smi={smi} sglang_preflight_min_free_gb=1",
         *extra,
     )
 

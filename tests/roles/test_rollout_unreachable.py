@@ -27,7 +27,7 @@ HOSTS = ["u-h1", "u-h2", "u-h3", "u-h4"]
 BASE_PORT = 31700
 
 
-def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None) -> Path:
+def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None, h2_gone: bool = False) -> Path:
     inv = tmp / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     hosts = {}
@@ -47,6 +47,9 @@ def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None) -
             ansible_connection="{{ 'ssh' if sglang_rollout_stage is defined else 'local' }}",
             ansible_host="127.0.0.1", ansible_port=1, ansible_ssh_common_args="-o ConnectTimeout=3",
         )  # fmt: skip
+    if h2_gone:  # never reachable, not even by preflight
+        hosts["u-h2"].update(ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=1,
+                             ansible_ssh_common_args="-o ConnectTimeout=3")  # fmt: skip
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sglang_servers": {"hosts": hosts}}}}))
     local = yaml.safe_load((REPO / "inventory/local/group_vars/all/main.yml").read_text())
     for key in ("sglang_image_archive_path", "sglang_image_archive_on_host"):
@@ -137,5 +140,21 @@ def test_a_batch_lost_whole_is_still_named_in_the_summary(tmp_path):
         assert "**Stopped**: u-h2 became unreachable" in md and "UNREACHABLE during image" in md
         assert "ROLLOUT STOPPED: u-h2 became unreachable during image" in log
         assert _running("u-h1") and not _running("u-h3")
+    finally:
+        _cleanup()
+
+
+def test_preflight_reaches_every_host_and_stops_before_any_change(tmp_path):
+    """Preflight's own checks run on the controller; it must also reach each host. u-h2 answers no
+    connection at all: the run stops in preflight, names it, and no host got a server."""
+    _cleanup()
+    try:
+        run = _deploy(_inventory(tmp_path, h2_reachable=True, h2_gone=True), "20261203T130000Z")
+        log = " ".join((run.stdout + run.stderr).split())
+        assert run.returncode != 0, log[-4000:]
+        assert "Preflight could not reach u-h2 (SSH, or the connection failed): nothing was changed on any host" in log
+        assert "--limit '!u-h2'" in log
+        assert "PLAY [Roll out host by host (canary first)]" not in log
+        assert not any(_running(h) for h in HOSTS)
     finally:
         _cleanup()
