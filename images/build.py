@@ -270,7 +270,7 @@ def build_sglang(args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory(prefix="sglang-ctx-") as tmp:
         ctx = Path(tmp)
         staged = ("Dockerfile", "hashes.txt", "healthcheck.py", "launch.py", "smoke.py", "allreduce_bench.py",
-                  "wheels/README.md")  # fmt: skip
+                  "cache_archive.py", "wheels/README.md")  # fmt: skip
         for name in staged:
             _link_or_copy(HERE / "sglang" / name, ctx / "sglang" / name)
         _stage_patches(ctx)
@@ -295,7 +295,7 @@ def build_test_engine(args: argparse.Namespace) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="test-engine-ctx-") as tmp:
         ctx = Path(tmp)
         _link_or_copy(HERE / "test-engine" / "Dockerfile", ctx / "images" / "test-engine" / "Dockerfile")
-        for name in ("healthcheck.py", "launch.py"):
+        for name in ("healthcheck.py", "launch.py", "cache_archive.py"):
             _link_or_copy(HERE / "sglang" / name, ctx / "images" / "sglang" / name)
         for name in ("apply.py", "patchset.py"):
             _link_or_copy(HERE / "patches" / name, ctx / "images" / "patches" / name)

@@ -11,7 +11,13 @@ the cache folders (benchmarks/gpu on the lent H200).
 
     python3 cache_archive.py create --src /cache --key KEY --out /out/KEY.tar.gz      # + KEY.tar.gz.sha256
     python3 cache_archive.py seed --archive /in/KEY.tar.gz --key KEY --dest /cache
-    python3 cache_archive.py manifest --dest /cache                                    # is it warm for KEY?
+    python3 cache_archive.py record --dest /cache --key KEY                            # write the manifest
+    python3 cache_archive.py manifest --dest /cache --key KEY                          # is it warm for KEY?
+
+The roles stream archives through a helper container of the serving image: ``create --out -``
+writes the tar.gz to stdout (the host computes its checksum over what it received), ``seed
+--archive - --sha256 HEX`` reads it from stdin and checks it against that checksum before
+anything lands in the volume.
 
 Exit 0 on success, 2 with one line naming the problem on a refusal.
 """
@@ -19,6 +25,7 @@ Exit 0 on success, 2 with one line naming the problem on a refusal.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import io
 import json
@@ -56,22 +63,48 @@ def build_manifest(src: Path, key: str) -> dict[str, Any]:
             "files": files, "modules": modules, "bytes": sum(f["size"] for f in files)}  # fmt: skip
 
 
-def create(src: Path, key: str, out: Path) -> dict[str, Any]:
-    """``out`` (tar.gz of ``src`` plus its manifest) and ``out``.sha256; refuses a cache with no module."""
+def _manifest_of(src: Path, key: str) -> dict[str, Any]:
     if not src.is_dir():
         raise Refused(f"--src {src} is not a folder")
     manifest = build_manifest(src, key)
     if not manifest["modules"]:
         raise Refused(f"--src {src} holds no compiled module (*.so): nothing worth archiving (a cold cache?)")
+    return manifest
+
+
+def _write_tar(tar: tarfile.TarFile, src: Path, manifest: dict[str, Any]) -> None:
+    data = json.dumps(manifest, indent=1).encode()
+    info = tarfile.TarInfo(MANIFEST)
+    info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+    tar.addfile(info, fileobj=io.BytesIO(data))
+    for f in manifest["files"]:
+        tar.add(src / f["path"], arcname=f["path"], recursive=False)
+
+
+def record(dest: Path, key: str) -> dict[str, Any]:
+    """Write the manifest of what ``dest`` holds now into it: after a gate passed on a cold start,
+    this is what makes the next start "warm" (every module listed is there), not "some .so exists"."""
+    manifest = _manifest_of(dest, key)
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return {"recorded": str(dest), "key": key, "files": len(manifest["files"]), "modules": len(manifest["modules"])}
+
+
+def create_stream(src: Path, key: str, stream: Any) -> dict[str, Any]:
+    """The archive of ``src`` as a tar.gz stream (``--out -``): the receiver checksums what it got."""
+    manifest = _manifest_of(src, key)
+    # gzip by hand: tarfile's stream mode takes no compresslevel before Python 3.12 (Debian 12: 3.11)
+    with gzip.GzipFile(fileobj=stream, mode="wb", compresslevel=1) as gz, tarfile.open(fileobj=gz, mode="w|") as tar:
+        _write_tar(tar, src, manifest)
+    return {"files": len(manifest["files"]), "modules": len(manifest["modules"]), "bytes": manifest["bytes"]}
+
+
+def create(src: Path, key: str, out: Path) -> dict[str, Any]:
+    """``out`` (tar.gz of ``src`` plus its manifest) and ``out``.sha256; refuses a cache with no module."""
+    manifest = _manifest_of(src, key)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
-        data = json.dumps(manifest, indent=1).encode()
-        info = tarfile.TarInfo(MANIFEST)
-        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-        tar.addfile(info, fileobj=io.BytesIO(data))
-        for f in manifest["files"]:
-            tar.add(src / f["path"], arcname=f["path"], recursive=False)
+        _write_tar(tar, src, manifest)
     digest = _sha256(tmp)
     os.replace(tmp, out)
     Path(f"{out}.sha256").write_text(f"{digest}  {out.name}\n")
@@ -90,17 +123,35 @@ def _safe_member(member: tarfile.TarInfo) -> bool:
     return (member.isfile() or member.isdir()) and not p.is_absolute() and ".." not in p.parts
 
 
-def seed(archive: Path, key: str, dest: Path, checksum: Path | None = None) -> dict[str, Any]:
+def seed_stream(stream: Any, sha256: str, key: str, dest: Path) -> dict[str, Any]:
+    """``seed`` from a stream (``--archive -``): spooled outside the volume, then checked like a file."""
+    if len(sha256) != 64:
+        raise Refused("--sha256 must be the archive's 64-digit sha256 when it comes on stdin")
+    with tempfile.TemporaryDirectory(prefix="cache-seed-") as tmp:
+        spool = Path(tmp) / "archive.tar.gz"
+        with spool.open("wb") as fh:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                fh.write(block)
+        return seed(spool, key, dest, sha256=sha256)
+
+
+def seed(
+    archive: Path, key: str, dest: Path, checksum: Path | None = None, sha256: str | None = None
+) -> dict[str, Any]:
     """Check the archive (checksum, manifest key, member paths, every file's sha256), then extract."""
     checksum = checksum or Path(f"{archive}.sha256")
     if not archive.is_file():
         raise Refused(f"--archive {archive}: no such file")
-    if not checksum.is_file():
-        raise Refused(f"{checksum}: no checksum next to the archive; an archive without one is never seeded")
-    want = checksum.read_text().split()[0] if checksum.read_text().split() else ""
+    if sha256 is None:
+        if not checksum.is_file():
+            raise Refused(f"{checksum}: no checksum next to the archive; an archive without one is never seeded")
+        sha256 = checksum.read_text().split()[0] if checksum.read_text().split() else ""
+        source = str(checksum)
+    else:
+        source = "--sha256"
     got = _sha256(archive)
-    if got != want:
-        raise Refused(f"{archive}: sha256 {got} does not match {checksum} ({want}): damaged, not seeded")
+    if got != sha256:
+        raise Refused(f"{archive}: sha256 {got} does not match {source} ({sha256}): damaged, not seeded")
     with tarfile.open(archive, "r:gz") as tar:
         members = tar.getmembers()
         bad = [m.name for m in members if not _safe_member(m)]
@@ -167,15 +218,27 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--key", required=True)
     s.add_argument("--dest", type=Path, required=True)
     s.add_argument("--checksum", type=Path)
+    s.add_argument("--sha256", help="the archive's sha256 (required with --archive -)")
+    r = sub.add_parser("record")
+    r.add_argument("--dest", type=Path, required=True)
+    r.add_argument("--key", required=True)
     m = sub.add_parser("manifest")
     m.add_argument("--dest", type=Path, required=True)
     m.add_argument("--key", required=True)
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "create" and str(args.out) == "-":
+            out = create_stream(args.src, args.key, sys.stdout.buffer)
+            print(json.dumps(out), file=sys.stderr)  # stdout is the archive
+            return 0
         if args.cmd == "create":
             out = create(args.src, args.key, args.out)
+        elif args.cmd == "seed" and str(args.archive) == "-":
+            out = seed_stream(sys.stdin.buffer, args.sha256 or "", args.key, args.dest)
         elif args.cmd == "seed":
-            out = seed(args.archive, args.key, args.dest, args.checksum)
+            out = seed(args.archive, args.key, args.dest, args.checksum, args.sha256)
+        elif args.cmd == "record":
+            out = record(args.dest, args.key)
         else:
             out = warm(args.dest, args.key)
     except Refused as exc:

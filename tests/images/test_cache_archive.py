@@ -102,3 +102,60 @@ def test_a_path_that_leaves_the_volume_is_refused(tmp_path: Path) -> None:
 
 def test_the_cli_exits_2_with_the_reason(tmp_path: Path) -> None:
     assert ca.main(["seed", "--archive", str(tmp_path / "none.tar.gz"), "--key", KEY, "--dest", str(tmp_path)]) == 2
+
+
+# the images run it with Debian 12's python3 (3.11: no compresslevel in tarfile's stream mode)
+PYTHONS = [sys.executable] + [p for p in ("/usr/bin/python3",) if Path(p).is_file()]
+
+
+def _cli(*args: str, stdin: bytes = b"", python: str = sys.executable) -> tuple[int, bytes, str]:
+    import subprocess
+
+    proc = subprocess.run(
+        [python, str(IMAGES / "sglang" / "cache_archive.py"), *args], input=stdin, capture_output=True
+    )
+    return proc.returncode, proc.stdout, proc.stderr.decode()
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_streamed_archive_seeds_only_with_the_checksum_of_what_was_received(
+    tmp_path: Path, warm_cache: Path, python: str
+) -> None:
+    """The roles' path: create --out - on one host, the host checksums the bytes, seed --archive - elsewhere."""
+    import hashlib
+
+    rc, data, err = _cli("create", "--src", str(warm_cache), "--key", KEY, "--out", "-", python=python)
+    assert rc == 0, err
+    assert rc == 0 and json.loads(err)["modules"] == 1
+    digest = hashlib.sha256(data).hexdigest()
+    dest = tmp_path / "volume-b"
+    rc, out, err = _cli(
+        "seed", "--archive", "-", "--sha256", "0" * 64, "--key", KEY, "--dest", str(dest), stdin=data, python=python
+    )
+    assert rc == 2 and f"does not match --sha256 ({'0' * 64}): damaged, not seeded" in err
+    assert not dest.exists() or not any(dest.rglob("*.so"))
+    rc, out, err = _cli(
+        "seed", "--archive", "-", "--sha256", digest, "--key", KEY, "--dest", str(dest), stdin=data, python=python
+    )
+    assert rc == 0, err
+    assert json.loads(out)["modules"] == 1
+    rel = "0.7.2/120a/cached_ops/silu_and_mul/silu_and_mul.so"
+    assert (dest / rel).read_bytes() == (warm_cache / rel).read_bytes()
+    assert json.loads(_cli("manifest", "--dest", str(dest), "--key", KEY)[1]) == {"warm": True, "modules": 1}
+    rc, _, err = _cli("seed", "--archive", "-", "--key", KEY, "--dest", str(dest), stdin=data)
+    assert rc == 2 and "--sha256 must be the archive's 64-digit sha256" in err
+
+
+def test_record_makes_a_cold_started_volume_warm_for_its_key_only(tmp_path: Path, warm_cache: Path) -> None:
+    """After a gate passed on a cold start the manifest is written; without it the volume is not warm,
+    whatever *.so it holds."""
+    assert ca.warm(warm_cache, KEY) == {"warm": False, "why": "no manifest (never archived from, nor seeded)"}
+    rc, out, _ = _cli("record", "--dest", str(warm_cache), "--key", KEY)
+    assert rc == 0 and json.loads(out) == {"recorded": str(warm_cache), "key": KEY, "files": 2, "modules": 1}
+    assert ca.warm(warm_cache, KEY) == {"warm": True, "modules": 1}
+    assert ca.warm(warm_cache, "another-key")["warm"] is False
+    # the manifest is not itself a listed file, so recording twice lists the same files
+    assert ca.record(warm_cache, KEY)["files"] == 2
+    (tmp_path / "cold").mkdir()
+    rc, _, err = _cli("record", "--dest", str(tmp_path / "cold"), "--key", KEY)
+    assert rc == 2 and "holds no compiled module" in err
