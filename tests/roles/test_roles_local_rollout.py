@@ -210,7 +210,7 @@ def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env) -> None:
     for path in (env.tmp / "reports").rglob("*"):
         assert not path.is_file() or env.key not in path.read_text(errors="replace"), path
     for path in (env.tmp / "state").rglob("*"):
-        assert env.key not in path.read_text(errors="replace"), path
+        assert not path.is_file() or env.key not in path.read_text(errors="replace"), path
 
 
 def test_the_api_key_reaches_the_server_from_a_root_only_file_and_nowhere_else(env: Env) -> None:
@@ -376,3 +376,89 @@ def test_upgrade_without_guard_disables_chunked_prefix_cache_and_prunes_old_cach
     assert len(volumes) == 2 and len(set(volumes) & set(volumes_before)) == 1
     host = env.summary()["hosts"][0]
     assert host["gate"] == "pass" and host["image_before"] == env.tag and host["image_after"] == RELEASE_C
+
+
+def test_host_maintenance_waits_for_the_drain_and_the_gate_puts_the_host_back(env: Env) -> None:
+    """A dockerd restart left pending on the host (gpu_host writes the record: log settings dockerd reads
+    only at start), its server unchanged: --check says what a real run would interrupt and does nothing; the real run
+    drains first, restarts, gates the same container again and only then undrains."""
+    restart = [
+        "sh",
+        "-c",
+        'echo docker-restart >> "$0" && docker restart "$1" >/dev/null',
+        str(env.tmp / "hooks.log"),
+        env.name,
+    ]
+    record = env.tmp / "state" / "docker-restart-pending.json"
+    record.write_text(json.dumps({"settings": ["log-opts"], "daemon_json": "/etc/docker/daemon.json"}))
+    # what runs now (the upgrade above): the server is unchanged, only the host's maintenance is due
+    pending = {"gpu_host_docker_restart_command": restart, "sglang_image": RELEASE_C, "sglang_image_source": "local"}
+    before, seen = env.container(), len(_hooks(env))
+    check = env.deploy("--check", "--diff", **pending)
+    assert check.rc == 0, check.out[-6000:]
+    flat = " ".join(check.out.split())
+    assert "Check mode: a real run drains localhost (hook, then " in flat, flat[-4000:]
+    assert "because host maintenance: dockerd restart (log-opts changed)" in flat
+    assert _hooks(env)[seen:] == [] and env.container()["State"]["StartedAt"] == before["State"]["StartedAt"]
+
+    run = env.deploy(**pending)
+    assert run.rc == 0, run.out[-6000:]
+    assert _hooks(env)[seen:] == ["drain localhost", "docker-restart", "undrain localhost"]
+    after = env.container()
+    assert after["Id"] == before["Id"] and after["State"]["StartedAt"] != before["State"]["StartedAt"]
+    assert env.summary()["hosts"][0]["gate"] == "pass"
+    assert "the server was interrupted: host maintenance: dockerd restart (log-opts changed)" in " ".join(
+        run.out.split()
+    )
+    assert not (env.tmp / "state" / f"{env.name}.drained.json").exists()
+    assert not record.exists()  # done: the next run has no maintenance
+    again = env.deploy(**pending)
+    assert again.rc == 0 and again.changed() == 0, again.out[-6000:]
+    assert _hooks(env)[seen:] == ["drain localhost", "docker-restart", "undrain localhost"]
+
+
+def _cache_volume(env: Env) -> str:
+    mounts = env.container()["Mounts"]
+    return next(m["Name"] for m in mounts if m.get("Type") == "volume" and m["Name"].startswith(env.prefix))
+
+
+def _fresh_host(env: Env) -> None:
+    """What a new host of the same GPU profile looks like to the roles: no server, no cache volume."""
+    vol = _cache_volume(env)
+    subprocess.run(["docker", "rm", "-f", env.name], check=True, capture_output=True)
+    subprocess.run(["docker", "volume", "rm", vol], check=True, capture_output=True)
+
+
+def test_a_cold_volume_is_seeded_from_the_archive_the_first_passing_host_left(env: Env) -> None:
+    """One cold start per fleet: each cache key's first gate pass left its archive and checksum on the
+    controller (release-a's and, after the upgrade, release-c's; release-b never passed). A host whose
+    volume for the key is cold gets it seeded before its server starts: the start is "seeded", the test
+    engine finds its cache warm, the gate passes. A damaged archive is refused: nothing is written,
+    that start is cold and the record says why."""
+    archives = env.tmp / "reports" / "cache-archives"
+    tars = sorted(archives.glob("*.tar.gz"))
+    assert len(tars) == 2 and all(Path(f"{t}.sha256").is_file() for t in tars), sorted(archives.iterdir())
+    _fresh_host(env)
+    run = env.deploy()
+    assert run.rc == 0, run.out[-6000:]
+    host = env.summary()["hosts"][0]
+    assert host["cache"]["start"] == "seeded" and host["cache"]["seeded"].endswith(" modules"), host["cache"]
+    assert host["gate"] == "pass" and host["cache"]["seed_refused"] == ""
+    logs = subprocess.run(["docker", "logs", env.name], capture_output=True, text=True, check=True)
+    assert "flashinfer cache: warm" in logs.stdout + logs.stderr
+
+    # a damaged archive (one byte changed): refused inside the helper, the host starts cold
+    current = archives / (host["cache"]["seeded"].split()[1].rstrip(","))
+    data = bytearray(current.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    current.write_bytes(bytes(data))
+    _fresh_host(env)
+    run = env.deploy()
+    assert run.rc == 0, run.out[-6000:]
+    host = env.summary()["hosts"][0]
+    assert host["cache"]["start"] == "cold" and host["cache"]["seeded"] == ""
+    assert (
+        "does not match --sha256" in host["cache"]["seed_refused"]
+        and "damaged, not seeded" in host["cache"]["seed_refused"]
+    )
+    assert host["gate"] == "pass"
