@@ -92,6 +92,7 @@ FAULT_NAMES = (
     "restart_after",
     "slow_health",
     "stall_after",
+    "slow_first",
 )
 LOG_SIGNATURE_NAMES = ("cuda", "nccl", "oom", "nan", "page_table")
 
@@ -113,6 +114,7 @@ class Faults:
     restart_after: int | None = None
     slow_health_s: float | None = None
     stall_after: int | None = None
+    slow_first: int | None = None  # decode 3x slower until more than N generation requests came: a dip that passes
 
     def describe(self) -> list[str]:
         """Human list of active faults, reported in /get_server_info."""
@@ -126,6 +128,7 @@ class Faults:
                 (self.restart_after is not None, f"restart_after:{self.restart_after}"),
                 (self.slow_health_s is not None, f"slow_health:{self.slow_health_s:g}" if self.slow_health_s else ""),
                 (self.stall_after is not None, f"stall_after:{self.stall_after}"),
+                (self.slow_first is not None, f"slow_first:{self.slow_first}"),
             )
             if on
         ]
@@ -208,7 +211,7 @@ def parse_faults(spec: str) -> Faults:
                 values["usage_inflate"] = float(arg)
                 if values["usage_inflate"] <= 0:
                     raise ValueError
-            elif name in ("overlong", "restart_after", "stall_after"):
+            elif name in ("overlong", "restart_after", "stall_after", "slow_first"):
                 values[name] = int(arg)
                 if values[name] < 0:
                     raise ValueError

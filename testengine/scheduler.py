@@ -116,7 +116,11 @@ class Scheduler:
         slow = self.config.faults.slow_single_tok_s
         if slow is not None and sum(1 for r in self.running if not r.health) <= 1:
             return 1.0 / slow
-        return (self.knobs.decode_base_ms + self.knobs.decode_per_req_ms * n) / 1000.0
+        step = (self.knobs.decode_base_ms + self.knobs.decode_per_req_ms * n) / 1000.0
+        dip = self.config.faults.slow_first
+        if dip is not None and self.stats.requests_total <= dip:  # a dip that passes (the gate's baseline.confirm)
+            step *= 3
+        return step
 
     def _emit(self, reqs: list[GenRequest]) -> None:
         now = time.monotonic()

@@ -188,6 +188,11 @@ class BaselineConfig(_Section):
     # never beyond max_drop (validate/README.md, "Noise")
     noise_z: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 2.0
     max_drop: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.15
+    # a regression must persist: a key metric below the reference is measured again after
+    # confirm_wait_s (only the phase it comes from) and judged on that second measurement
+    # (validate/README.md, "Noise"); false: judged on the first
+    confirm: bool = True
+    confirm_wait_s: Annotated[float, Field(ge=0, le=600, allow_inf_nan=False)] = 15.0
     metrics: list[BaselineMetric] = Field(
         default_factory=lambda: [
             "total_token_throughput",

@@ -240,14 +240,19 @@ class Measurements:
     stability: list[StabilityStep] = field(default_factory=list)
     health: list[Health] = field(default_factory=list)
     file_limit: FileLimit | None = None
+    # a baseline regression is measured again (Gate._confirm): the first measurements are kept here
+    first_single_stream: SingleStream | None = None
+    first_throughput: Throughput | None = None
 
     @property
     def results(self) -> list[RequestResult]:
         """Every measured request (warm-ups excluded)."""
         out = list(self.single_stream.requests) if self.single_stream else []
+        out += list(self.first_single_stream.requests) if self.first_single_stream else []
         out += [p.request for p in self.probes]
-        if self.throughput:
-            out += self.throughput.results
+        for tp in (self.throughput, self.first_throughput):
+            if tp:
+                out += tp.results
         out += [x for s in self.stability if s.load for x in s.load.results]
         return out
 

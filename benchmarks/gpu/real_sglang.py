@@ -48,7 +48,17 @@ CARRY = ROOT / ".device" / "carry"
 WORK = Path(os.environ.get("RS_WORK", "/tmp/rs"))
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 URL = "http://127.0.0.1:30000"
-MODEL_DIR = Path("/models/random-llama-0.9b")
+
+def _rendered_model() -> tuple[Path, str]:
+    """The model path and served name the roles rendered (render.yml, ``-e rs_model_size=...``)."""
+    try:
+        cmd = json.loads((CARRY / "rendered-serve.json").read_text())["command"]
+    except (OSError, ValueError, KeyError):
+        return Path("/models/random-llama-0.9b"), "random-llama-0.9b"
+    return Path(cmd[cmd.index("--model-path") + 1]), cmd[cmd.index("--served-model-name") + 1]
+
+
+MODEL_DIR, SERVED = _rendered_model()
 GATE_CONFIG = ROOT / "benchmarks" / "gpu" / "gate-h200.yml"
 # Metrics compared between the gate and bench_serving (same names in both reports).
 COMPARED = [
@@ -602,7 +612,7 @@ def stage_overflow() -> None:
 
 
 # --------------------------------------------------------------------------- what a PASS means
-OTHER_MODEL = Path("/models/random-llama-0.9b-seed1")  # same shape and tokenizer, other weights
+OTHER_MODEL = MODEL_DIR.with_name(MODEL_DIR.name + "-seed1")  # same shape and tokenizer, other weights
 BASELINE = WORK / "trust-baseline.json"
 CALIBRATION_PROMPTS = [
     "The capital of France is",
@@ -651,11 +661,13 @@ def calibrate_answers(dest: Path) -> dict[str, Any]:
 
 
 def gate_series(res: dict[str, Any], key: str, server: Server, n: int, first_records: bool) -> None:
-    """``n`` gates in a row on one server against the group baseline (the first may record it)."""
+    """``n`` gates in a row on one server against the group baseline. ``first_records``: every gate
+    passes ``--update-baseline``, as the sglang_gate role does, so the first passing gate of the group
+    writes the reference (a failing gate writes nothing) and the later ones are compared with it."""
     gates = res.setdefault(key, [])
     for i in range(1, n + 1):
-        extra = ("--baseline", str(BASELINE), "--model", "random-llama-0.9b")
-        if first_records and i == 1:
+        extra = ("--baseline", str(BASELINE), "--model", SERVED)
+        if first_records:
             extra += ("--update-baseline",)
         gates.append(run_gate(WORK / f"gate-{key}-{i}", server.log_path, f"{key}-{i}", GATE_CONFIG, extra))
         pack()  # what is measured comes back even if the call runs out of time
@@ -676,7 +688,8 @@ def stage_trust_healthy(n: int) -> None:
         BASELINE.unlink()
     gate_series(res, "healthy", server, n, first_records=True)
     server.stop()
-    shutil.copy(BASELINE, WORK / "fixtures" / "trust-baseline.json")
+    if BASELINE.exists():  # no gate passed: no reference, and the faults stage has nothing to compare with
+        shutil.copy(BASELINE, WORK / "fixtures" / "trust-baseline.json")
     save_results()
 
 
@@ -692,12 +705,35 @@ def stage_trust_faults(n: int) -> None:
     first_requests()
     gate_series(res, "slow", server, n, first_records=False)
     server.stop()
+    if not OTHER_MODEL.exists():  # real_sglang.sh builds it for trust-answers, or with RS_OTHER=1
+        log(f"{OTHER_MODEL} absent: the other-weights gate is left out")
+        save_results()
+        return
     other = Server("serve", "server-other.log", model=OTHER_MODEL)
     other.start()
     res["other_ready_s"] = other.wait_ready()
     first_requests()
     gate_series(res, "other_weights", other, 1, first_records=False)
     other.stop()
+    save_results()
+
+
+def stage_trust_pair(n: int) -> None:
+    """One call, one card: ``n`` gates on the healthy server (the first passing one writes the group
+    baseline), then ``n`` on the same model behind the slower rendering, judged against it."""
+    res = RESULTS.setdefault("trust", {})
+    if BASELINE.exists():
+        BASELINE.unlink()
+    server = Server("serve", "server-trust.log")
+    server.start()
+    res["ready_s"] = server.wait_ready()
+    gate_series(res, "healthy", server, n, first_records=True)
+    server.stop()
+    slow = Server("slow", "server-slow.log")
+    slow.start()
+    res["slow_ready_s"] = slow.wait_ready()
+    gate_series(res, "slow", slow, n, first_records=False)
+    slow.stop()
     save_results()
 
 
@@ -714,7 +750,7 @@ def stage_trust_answers() -> None:
     config.write_text(yaml.safe_dump(data))
     if BASELINE.exists():
         BASELINE.unlink()
-    extra = ("--baseline", str(BASELINE), "--model", "random-llama-0.9b")
+    extra = ("--baseline", str(BASELINE), "--model", SERVED)
     server = Server("serve", "server-answers.log")
     server.start()
     res["answers_ready_s"] = server.wait_ready()
@@ -757,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "stages",
         nargs="+",
-        choices=["cache", "seed", "compare", "overflow", "trust-healthy", "trust-faults", "trust-answers"],
+        choices=["cache", "seed", "compare", "overflow", "trust-healthy", "trust-faults", "trust-pair", "trust-answers"],
     )
     parser.add_argument("--gates", type=int, default=10, help="trust-*: gates in a row per server")
     parser.add_argument("--rounds", type=int, default=3, help="gate / bench_serving alternations")
@@ -778,6 +814,7 @@ def main(argv: list[str] | None = None) -> int:
                 "overflow": stage_overflow,
                 "trust-healthy": lambda: stage_trust_healthy(args.gates),
                 "trust-faults": lambda: stage_trust_faults(args.gates),
+                "trust-pair": lambda: stage_trust_pair(args.gates),
                 "trust-answers": stage_trust_answers,
             }[stage]()
             RESULTS.setdefault("stage_seconds", {})[stage] = round(time.monotonic() - start, 1)

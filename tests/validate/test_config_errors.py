@@ -259,10 +259,11 @@ EXACT = [
     ),
     (
         {"baseline": {"extra": 1}},
-        "gate config: baseline.extra: unknown key (allowed here: tolerance, noise_z, max_drop, metrics)",
+        "gate config: baseline.extra: unknown key (allowed here: tolerance, noise_z, max_drop, confirm, confirm_wait_s, metrics)",
     ),
-    ({"baseline": 5}, "gate config: baseline: must be a mapping (keys: tolerance, noise_z, max_drop, metrics) (got 5)"),
+    ({"baseline": 5}, "gate config: baseline: must be a mapping (keys: tolerance, noise_z, max_drop, confirm, confirm_wait_s, metrics) (got 5)"),
     ({"progress_interval_s": "10"}, "gate config: progress_interval_s: must be a number > 0 and <= 86,400 (got '10')"),
+    ({"baseline": {"confirm_wait_s": 601}}, "gate config: baseline.confirm_wait_s: must be a number >= 0 and <= 600 (got 601)"),
 ]
 
 
@@ -378,7 +379,7 @@ def test_every_field_has_a_rule_and_every_constraint_is_said():
             if type(m).__module__ == "annotated_types":
                 assert type(m) in known, (loc, m)
         seen += 1
-    assert seen == 75  # every field of every section (update when a field is added)
+    assert seen == 77  # every field of every section (update when a field is added)
     assert _field_for(("throughput", "nope")) == (None, [])
 
 
