@@ -248,12 +248,17 @@ class Gate:
                 await self._confirm(mm)
             self.phase = "logs"
 
-    def _compare(self) -> tuple[dict[str, Any], list[Check]]:
-        """The key metrics measured so far against the group's reference."""
+    def _key_figures(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any], dict[str, Any]]:
+        """The phases the baseline reads (throughput, single stream) and their key metrics and noise."""
         tp = self.m.throughput.to_dict() if self.m.throughput and self.m.throughput.runs else None
         ss = self.m.single_stream.to_dict() if self.m.single_stream else None
+        return tp, ss, key_metrics(tp, ss), key_noise(tp, ss)
+
+    def _compare(self) -> tuple[dict[str, Any], list[Check]]:
+        """The key metrics measured so far against the group's reference."""
+        _, _, km, kn = self._key_figures()
         engine = self.m.server.summary["engine"] if self.m.server else "unknown"
-        return compare_baseline(self.o.baseline_path, engine, self.c, key_metrics(tp, ss), key_noise(tp, ss))
+        return compare_baseline(self.o.baseline_path, engine, self.c, km, kn)
 
     async def _confirm(self, mm: Measurer) -> None:
         """A regression must persist before it fails a host: measure the phase again, then judge.
@@ -407,11 +412,8 @@ class Gate:
         self._add(judge.health_latency(self.m.health, self.c.readiness.max_health_latency_s))
         summary = self.m.server.summary if self.m.server else {"engine": "unknown", "source": "unavailable"}
         engine = summary["engine"]
-        tp = self.m.throughput.to_dict() if self.m.throughput and self.m.throughput.runs else None
-        ss = self.m.single_stream.to_dict() if self.m.single_stream else None
-        km = key_metrics(tp, ss)
-        kn = key_noise(tp, ss)
-        base_info, base_checks = compare_baseline(self.o.baseline_path, engine, self.c, km, kn)
+        tp, ss, km, kn = self._key_figures()
+        base_info, base_checks = self._compare()
         if self.confirmation is not None:
             for c in base_checks:
                 first = self.confirmation["failed_first"].get(c.name)

@@ -69,7 +69,9 @@ def build_tokenizer(out: Path, vocab_size: int, corpus_bytes: int) -> None:
 
 
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+    "tiny": dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    ),
     "0.9b": dict(
         hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8
     ),

@@ -49,6 +49,7 @@ WORK = Path(os.environ.get("RS_WORK", "/tmp/rs"))
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 URL = "http://127.0.0.1:30000"
 
+
 def _rendered_model() -> tuple[Path, str]:
     """The model path and served name the roles rendered (render.yml, ``-e rs_model_size=...``)."""
     try:
@@ -793,7 +794,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "stages",
         nargs="+",
-        choices=["cache", "seed", "compare", "overflow", "trust-healthy", "trust-faults", "trust-pair", "trust-answers"],
+        choices=[
+            "cache",
+            "seed",
+            "compare",
+            "overflow",
+            "trust-healthy",
+            "trust-faults",
+            "trust-pair",
+            "trust-answers",
+        ],
     )
     parser.add_argument("--gates", type=int, default=10, help="trust-*: gates in a row per server")
     parser.add_argument("--rounds", type=int, default=3, help="gate / bench_serving alternations")

@@ -261,9 +261,15 @@ EXACT = [
         {"baseline": {"extra": 1}},
         "gate config: baseline.extra: unknown key (allowed here: tolerance, noise_z, max_drop, confirm, confirm_wait_s, metrics)",
     ),
-    ({"baseline": 5}, "gate config: baseline: must be a mapping (keys: tolerance, noise_z, max_drop, confirm, confirm_wait_s, metrics) (got 5)"),
+    (
+        {"baseline": 5},
+        "gate config: baseline: must be a mapping (keys: tolerance, noise_z, max_drop, confirm, confirm_wait_s, metrics) (got 5)",
+    ),
     ({"progress_interval_s": "10"}, "gate config: progress_interval_s: must be a number > 0 and <= 86,400 (got '10')"),
-    ({"baseline": {"confirm_wait_s": 601}}, "gate config: baseline.confirm_wait_s: must be a number >= 0 and <= 600 (got 601)"),
+    (
+        {"baseline": {"confirm_wait_s": 601}},
+        "gate config: baseline.confirm_wait_s: must be a number >= 0 and <= 600 (got 601)",
+    ),
 ]
 
 

@@ -315,7 +315,9 @@ def test_a_dip_is_measured_again_and_passes_while_a_lasting_regression_is_confir
     }
     cfg = write_config(tmp_path, over)
     baseline = tmp_path / "baseline.json"
-    code, _, rep = _gate(capsys, engine_factory(), cfg, tmp_path / "r0", "--baseline", str(baseline), "--update-baseline")
+    code, _, rep = _gate(
+        capsys, engine_factory(), cfg, tmp_path / "r0", "--baseline", str(baseline), "--update-baseline"
+    )
     assert code == 0
     ref = rep["key_metrics"]["total_token_throughput"]
     tp = rep["phases"]["throughput"]
@@ -332,9 +334,15 @@ def test_a_dip_is_measured_again_and_passes_while_a_lasting_regression_is_confir
     assert code == 0 and c["passed"] and c["measured"] >= 0.9 * ref
     assert conf["remeasured"] == ["throughput"] and conf["wait_s"] == 0.2
     assert list(conf["failed_first"]) == ["baseline.total_token_throughput"]
-    assert "measured again after 0.2s (it did not persist); the first measurement: total_token_throughput: " in c["message"]
+    assert (
+        "measured again after 0.2s (it did not persist); the first measurement: total_token_throughput: "
+        in c["message"]
+    )
     assert "total_token_throughput below the group's reference; measuring throughput again in 0.2s" in out
-    assert {x["name"] for x in rep["checks"]} >= {"throughput.failed_requests", "throughput.confirmation.failed_requests"}
+    assert {x["name"] for x in rep["checks"]} >= {
+        "throughput.failed_requests",
+        "throughput.confirmation.failed_requests",
+    }
     assert len(rep["phases"]["throughput_first"]["runs"]) == 3 and len(rep["phases"]["throughput"]["runs"]) == 3
 
     lasting = engine_factory("--engine-fault", "slow_first:100000")
