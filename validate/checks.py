@@ -15,7 +15,7 @@ from .answers import ReferenceResult
 from .config import GateConfig
 from .load import LoadResult
 from .logscan import LogScanResult
-from .metrics import KEY_METRICS, ROBUST_RUNS, RequestResult
+from .metrics import KEY_METRICS, ROBUST_RUNS, RequestResult, Spread
 from .phases import Health, Identity, ProbeResult, Readiness, SingleStream, StabilityStep, Throughput, Warmup
 from .userregex import compile_user_regex
 
@@ -134,32 +134,54 @@ def _gated_load_metrics(cfg: GateConfig) -> list[str]:
     return names
 
 
+def _settled(w: Spread, cfg: GateConfig) -> bool:
+    """Runs that agree within max_spread, or (from ROBUST_RUNS runs) a median known within max_noise."""
+    tc = cfg.throughput
+    if (w.judged or 0.0) <= tc.max_spread:
+        return True
+    return w.n >= ROBUST_RUNS and w.noise is not None and w.noise <= tc.max_noise
+
+
 def spread(tp: Throughput, cfg: GateConfig) -> Check | None:
-    """'Unstable measurement': a compared metric whose repeats disagree by more than max_spread.
+    """'Unstable measurement': a compared metric whose repeats disagree and whose median is not known.
+
+    Runs that agree within ``max_spread`` pass. A healthy GPU server's runs often do not: on an
+    idle H100 (docs/real-sglang-h200.md, 8 B model) single runs varied with a CV of 8-9 %, so the
+    middle half of 4-7 runs spans 9-15 % and a fixed spread limit failed one healthy gate in eight.
+    What the floors and the baseline need is the median, so from ROBUST_RUNS runs a metric also
+    passes when its median's relative standard error is within ``max_noise``; runs that really
+    scatter (a throttling card, a neighbour) keep a wide standard error and still fail.
 
     Neither a pass nor a regression: the host could not be measured, and the message
     says which metric moved and how far, so the operator re-runs or finds the noise.
     """
     if len(tp.runs) < 2:
         return None
-    limit = cfg.throughput.max_spread
+    tc = cfg.throughput
     spreads = tp.spreads
     gated = _gated_load_metrics(cfg)
     if not gated:
         return None
-    worst = max(gated, key=lambda k: spreads[k].judged or 0.0)
+    unsettled = [k for k in gated if not _settled(spreads[k], cfg)]
+    worst = max(unsettled or gated, key=lambda k: spreads[k].judged or 0.0)
     w = spreads[worst]
     value = w.judged or 0.0
-    ok = value <= limit
+    ok = not unsettled
     unit = KEY_METRICS[worst][1]
     which = "spread" if w.n < ROBUST_RUNS else "spread of the middle half"
     text = (
         f"measurement stability over {len(tp.runs)} runs: {worst} {which} {value:.1%} "
-        f"(min {fmt(w.min)} / median {fmt(w.median)} / max {fmt(w.max)} {unit}; allowed {limit:.0%})"
+        f"(min {fmt(w.min)} / median {fmt(w.median)} / max {fmt(w.max)} {unit}; allowed {tc.max_spread:.0%})"
     )
+    if value > tc.max_spread and w.noise is not None and w.n >= ROBUST_RUNS:
+        settled = "within" if ok else "above"
+        text += f"; the median's standard error {w.noise:.1%}, {settled} max_noise {tc.max_noise:.0%}"
+    if ok and value > tc.max_spread:
+        noise = w.noise or 0.0
+        return Check("throughput.spread", True, round(noise, 4), tc.max_noise, "ratio", _msg(True, text), "<=")
     if not ok:
         text = "unstable measurement: " + text + "; the medians are not trusted for floors or the baseline"
-    return Check("throughput.spread", ok, round(value, 4), limit, "ratio", _msg(ok, text), "<=")
+    return Check("throughput.spread", ok, round(value, 4), tc.max_spread, "ratio", _msg(ok, text), "<=")
 
 
 def throughput(tp: Throughput, cfg: GateConfig) -> list[Check]:

@@ -80,6 +80,10 @@ class ThroughputConfig(_Section):
     repeats: Annotated[int, Field(gt=0, le=20)] = 3
     max_repeats: Annotated[int, Field(gt=0, le=20)] = 7
     max_spread: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.10
+    # from 4 runs, runs that scatter more than max_spread still pass when their median is known this
+    # well (relative standard error of the median): 5 % keeps the regression rule's noise allowance,
+    # 2 x sqrt(2) x 5 % = 14 %, inside baseline.max_drop (15 %). validate/README.md, "Noise".
+    max_noise: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.05
     flush_cache: bool = True  # POST /flush_cache before each run: every run starts from the same server state
     min_total_tok_s: PosFloat | None = None
     min_output_tok_s: PosFloat | None = None

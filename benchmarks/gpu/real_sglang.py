@@ -1,4 +1,4 @@
-"""Real SGLang 0.5.17 on the lent H200: the cache role's layout, the gate and bench_serving.
+"""Real SGLang 0.5.17 on the lent GPU (H200 or H100): the cache role's layout, the gate and bench_serving.
 
 Runs on the device machine (``real_sglang.sh`` installs the carry set first). The server is
 started with exactly the argv and cache environment that roles/ render for an sm_90 host
@@ -17,6 +17,15 @@ directory behind the mount path, as Docker would bind it. Stages, each usable al
 ``overflow``
     The server restarted with the ``overflow`` rendering (4 queued, 8 running): the gate must
     fail it naming aborted requests; the abort transcripts are recorded as fixtures.
+``seed``
+    A start on a cache volume seeded from another start's archive (roles/flashinfer_cache).
+``trust-healthy`` / ``trust-faults`` / ``trust-pair`` / ``trust-answers``
+    What a PASS means (docs/real-sglang-h200.md, sections 5 and 6): ``--gates N`` gates in a row
+    on one healthy server against the group baseline (the first passing one writes it), then on
+    the ``slow`` rendering (``--max-running-requests 192``) and on other weights; ``trust-pair``
+    runs the healthy and the slow series on one card in one call, so the baseline and the
+    regression are measured on the same machine. The model is the one the roles rendered:
+    ``render.yml -e rs_model_size={0.9b,8b}`` (the 8 B is GPU-bound, the 0.9 B CPU-bound).
 
 Everything lands in ``$WORK`` (default /tmp/rs); ``results.json`` and ``fixtures.tar.gz`` are
 copied to ``$OUT`` for the device tool to bring back.

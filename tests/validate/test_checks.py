@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -59,6 +62,49 @@ def test_a_stable_measurement_passes_the_spread_check_at_its_limit():
     s = judge.spread(tp, CFG)
     assert s is not None and s.passed and s.measured == 0.0
     assert judge.spread(Throughput([_run(10, 1.0)], 30.0), CFG) is None  # one run: nothing to compare
+
+
+H100 = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h100-2026-12-05" / "healthy_gates.json"
+
+
+def totals_of_gate(i: int) -> list[float]:
+    return [r["total_throughput"] for r in json.loads(H100.read_text())["gates"][i - 1]["throughput_runs"]]
+
+
+def _runs_at(totals: list[float]) -> Throughput:
+    """Runs whose total tok/s are ``totals`` (14 tokens per request, 10 requests: 140 / duration)."""
+    return Throughput([_run(10, 140.0 / t) for t in totals], 30.0)
+
+
+def test_runs_that_scatter_pass_when_their_median_is_known_within_max_noise():
+    # healthy gate 3 on the idle H100 (8 B model): 7 runs, bimodal 24k / 30k total tok/s
+    gate = json.loads(H100.read_text())["gates"][2]
+    totals = totals_of_gate(3)
+    assert len(totals) == 7 and gate["failed_checks"] == ["throughput.spread"]  # the old rule failed it
+    tp = _runs_at(totals)
+    s = judge.spread(tp, CFG)
+    assert s is not None and s.passed
+    assert s.measured == pytest.approx(0.0478, abs=2e-4) and s.required == 0.05  # judged on the median's error
+    assert "output_token_throughput spread of the middle half 14.8%" in s.message
+    assert "standard error 4.8%, within max_noise 5%" in s.message
+    tighter = parse_config({"throughput": {"min_total_tok_s": 100, "max_spread": 0.1, "max_noise": 0.04}})
+    s = judge.spread(tp, tighter)
+    assert not s.passed and s.measured == pytest.approx(0.148, abs=1e-3) and s.required == 0.1
+    assert s.message.startswith("FAILED unstable measurement:") and "above max_noise 4%" in s.message
+
+
+def test_the_median_rule_needs_four_runs_and_fails_runs_that_really_scatter():
+    wide = parse_config({"throughput": {"min_total_tok_s": 100, "max_spread": 0.1, "max_noise": 0.06}})
+    first = [24_700.0, 30_200.0, 27_900.0, 30_200.0]  # gate 3's first four runs: middle half 10.7 %, error 5.6 %
+    s = judge.spread(_runs_at(first), wide)
+    assert s.passed and s.measured == pytest.approx(0.0562, abs=2e-4)
+    s = judge.spread(_runs_at(first[:3]), parse_config({"throughput": {"max_spread": 0.1, "max_noise": 0.5}}))
+    assert not s.passed and s.measured == pytest.approx(5_500 / 27_900, abs=1e-3)  # 3 runs: the range is judged
+    throttling = [30_000.0, 15_000.0] * 3 + [30_000.0]  # a card that halves every other run
+    s = judge.spread(_runs_at(throttling), CFG)
+    assert not s.passed and "standard error 12.7%, above max_noise 5%" in s.message
+    assert not judge.spread_settled(_runs_at(throttling).runs, CFG)
+    assert judge.spread_settled(_runs_at(totals_of_gate(3)).runs, CFG)
 
 
 def test_failed_requests_message_carries_the_histogram():

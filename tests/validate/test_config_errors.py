@@ -196,6 +196,7 @@ EXACT = [
         "gate config: throughput.min_total_tok_s: must be a number > 0 and <= 1,000,000,000 (or null) (got 0)",
     ),
     ({"throughput": {"max_spread": 11}}, "gate config: throughput.max_spread: must be a number > 0 and <= 10 (got 11)"),
+    ({"throughput": {"max_noise": 1.5}}, "gate config: throughput.max_noise: must be a number > 0 and <= 1 (got 1.5)"),
     (
         {"throughput": {"max_spread": float("inf")}},
         "gate config: throughput.max_spread: must be a finite number > 0 and <= 10 (got inf)",
@@ -385,7 +386,7 @@ def test_every_field_has_a_rule_and_every_constraint_is_said():
             if type(m).__module__ == "annotated_types":
                 assert type(m) in known, (loc, m)
         seen += 1
-    assert seen == 77  # every field of every section (update when a field is added)
+    assert seen == 78  # every field of every section (update when a field is added)
     assert _field_for(("throughput", "nope")) == (None, [])
 
 
