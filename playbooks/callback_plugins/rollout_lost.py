@@ -5,21 +5,22 @@ host that vanishes, the likeliest case), Ansible ends the whole playbook at once
 HOSTS LEFT"): no rescue, no always, none of the rollout play's batch-end tasks and no summary
 play run. Only callbacks still see the end of the run. This one (loaded automatically from
 playbooks/callback_plugins, no configuration) turns each lost host's "in progress" record
-(playbooks/tasks/mark_stage.yml) into an "unreachable" record with its last known stage, the way
-playbooks/tasks/record_lost.yml does when the batch survives, rewrites rollout-summary.json and
-.md from the run's records with the summary's own templates, and prints what the operator must
-know. The next run's preflight finds the host from that record and finishes it first.
+(playbooks/tasks/mark_stage.yml) into an "unreachable" record with its last known stage through
+rolloutreport, the one writer of records and summaries the rollout's own tasks use, rewrites
+rollout-summary.json and .md from the run's records with the summary's template, and prints what
+the operator must know. The next run's preflight finds the host from that record and finishes it first.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
 from ansible.template import Templar, trust_as_template
+
+import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
 
 DOCUMENTATION = """
 name: rollout_lost
@@ -29,43 +30,6 @@ description:
   - Turns the "in progress" records of unreachable hosts into "unreachable" records and rewrites
     the rollout summary, when no task of the rollout could do it any more.
 """
-
-
-def summarize(records: list[dict[str, Any]], all_hosts: list[str], run_id: str) -> dict[str, Any]:
-    """The summary dict of playbooks/tasks/summary.yml ("Build the summary"), for a stopped run."""
-    names = [r["host"] for r in records]
-
-    def hosts(pred: Any) -> list[str]:
-        return [r["host"] for r in records if pred(r)]
-
-    return {
-        "run_id": run_id,
-        "finished": False,
-        "hosts": records,
-        "not_reached": [h for h in all_hosts if h not in names],
-        "moved": hosts(lambda r: r["outcome"] == "ok" and r["gate"] == "pass"),
-        "unchanged": hosts(lambda r: r["outcome"] == "ok" and r["gate"] != "pass"),
-        "rolled_back": hosts(lambda r: r.get("rolled_back")),
-        "put_back": hosts(lambda r: r.get("put_back")),
-        "failed": hosts(lambda r: r["outcome"] == "failed"),
-        "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
-    }
-
-
-def mark_lost(record: dict[str, Any], task: str) -> dict[str, Any]:
-    """An "in progress" record as the record of a host lost during its stage (record_lost.yml's words)."""
-    stage = record.get("stage") or "?"
-    return {
-        **record,
-        "outcome": "unreachable",
-        "image_after": f"(unknown: unreachable during {stage})",
-        "failure": f"unreachable during {stage}",
-        "failed_task": task,
-        "messages": [
-            f"unreachable during {stage}: the controller lost its connection. The next run finishes this host "
-            "first (re-gates the config it runs, or rolls it back) before any other host."
-        ],
-    }
 
 
 class CallbackModule(CallbackBase):
@@ -117,8 +81,8 @@ class CallbackModule(CallbackBase):
             except (OSError, ValueError):
                 continue  # lost before its first stage (preflight): no record to complete
             if record.get("outcome") != "in progress":
-                continue  # recorded already (the batch survived and record_lost.yml ran)
-            _write(path, json.dumps(mark_lost(record, task), indent=4, sort_keys=True) + "\n")
+                continue  # recorded already (the batch survived and the rollout recorded it lost)
+            rolloutreport.write_record(run_dir, rolloutreport.mark_lost(record, task))
             self._rewrite_summary(run_dir, templar, variables)
             self._display.error(
                 f"ROLLOUT STOPPED: {host} became unreachable during {record.get('stage') or '?'} ({task}). "
@@ -128,20 +92,11 @@ class CallbackModule(CallbackBase):
             )
 
     def _rewrite_summary(self, run_dir: Path, templar: Templar, variables: dict[str, Any]) -> None:
-        records = [json.loads(p.read_text()) for p in sorted((run_dir / "hosts").glob("*.json"))]
+        records = rolloutreport.read_records(run_dir)
         inventory = self._play.get_variable_manager()._inventory
         # the whole run's hosts (--limit applies), not the batch Ansible had narrowed the inventory to
         all_hosts = [h.get_name() for h in inventory.get_hosts("sglang_servers", ignore_restrictions=True)]
-        summary = summarize(records, all_hosts, run_dir.name)
-        _write(run_dir / "rollout-summary.json", json.dumps(summary, indent=4, sort_keys=True) + "\n")
+        summary = rolloutreport.summarize(records, all_hosts, run_dir.name, finished=False)
         templar.available_variables = {**variables, "sglang_summary": summary}
         template = Path(__file__).resolve().parents[1] / "templates" / "rollout-summary.md.j2"
-        _write(run_dir / "rollout-summary.md", templar.template(trust_as_template(template.read_text())))
-
-
-def _write(path: Path, text: str) -> None:
-    """Write next to the target and rename: a reader never sees half a record."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o640)
-    tmp.replace(path)
+        rolloutreport.write_summary(run_dir, summary, str(templar.template(trust_as_template(template.read_text()))))

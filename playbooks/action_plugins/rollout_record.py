@@ -1,0 +1,72 @@
+"""Writes a host's record of this run on the controller (rolloutreport: one schema, one writer).
+
+Why an action plugin: the record is built from the host's variables as the rollout left them,
+in Python, by the same functions the ``rollout_lost`` callback uses when Ansible stops the run,
+so the three kinds of record (in progress, final, lost) cannot drift apart. It runs on the
+controller only (it writes a file there and touches no host), in check mode too: a ``--check``
+run's records say ``check_mode: true`` and preflight ignores them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
+
+DOCUMENTATION = """
+module: rollout_record
+short_description: write a host's record of the rollout run on the controller
+options:
+  dir: {description: the run's report folder (reports/RUN_ID), required: true, type: path}
+  state:
+    description: in_progress (at O(stage)), final (the host's always), lost (became unreachable)
+    choices: [in_progress, final, lost]
+    required: true
+    type: str
+  host: {description: the host the record is of (default the current one), type: str}
+  stage: {description: the stage the host enters (O(state=in_progress)), type: str}
+"""
+
+STATES = ("in_progress", "final", "lost")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        state = args.get("state")
+        if state not in STATES:
+            raise AnsibleActionFail(f"rollout_record: state must be one of {', '.join(STATES)} (got {state!r})")
+        if not args.get("dir"):
+            raise AnsibleActionFail("rollout_record: dir (the run's report folder) is required")
+        run_dir = Path(str(args["dir"]))
+        host = str(args.get("host") or task_vars["inventory_hostname"])
+        check_mode = bool(task_vars.get("ansible_check_mode", False))
+        hv = self._host_vars(host, task_vars)
+        if state == "in_progress":
+            record = rolloutreport.in_progress(host, run_dir.name, check_mode, hv, str(args.get("stage") or "?"))
+        elif state == "final":
+            record = rolloutreport.final(host, run_dir.name, check_mode, hv)
+        else:
+            record = rolloutreport.lost(host, run_dir.name, check_mode, hv)
+        path = rolloutreport.write_record(run_dir, record)
+        data = record.to_dict()
+        result.update(changed=False, path=str(path), record=data)
+        if state == "final":
+            result["ansible_facts"] = {"sglang_rollout_record": data}
+        return result
+
+    def _host_vars(self, host: str, task_vars: dict[str, Any]) -> dict[str, Any]:
+        """The variables a record reads, templated: the current host's from this task, another's from hostvars."""
+        if host == task_vars.get("inventory_hostname"):
+            return {k: self._templar.template(task_vars[k]) for k in rolloutreport.VARIABLES if k in task_vars}
+        other = task_vars["hostvars"][host]
+        return {k: other[k] for k in rolloutreport.VARIABLES if k in other}

@@ -1,0 +1,55 @@
+"""Builds and writes the run's summary from its host records (rolloutreport), on the controller.
+
+The Markdown is the summary template (playbooks/templates/rollout-summary.md.j2) rendered with
+``sglang_summary``; the ``rollout_lost`` callback renders the same template when Ansible stops
+the run. Returns the summary as the fact ``sglang_summary`` for the printed text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.template import Templar, trust_as_template
+
+import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
+
+DOCUMENTATION = """
+module: rollout_summary
+short_description: write rollout-summary.json and .md from the run's host records
+options:
+  dir: {description: the run's report folder (reports/RUN_ID), required: true, type: path}
+  hosts: {description: every host of the run (--limit applies), required: true, type: list, elements: str}
+  finished: {description: the last summary of the run, type: bool, default: false}
+"""
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "rollout-summary.md.j2"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        if not args.get("dir"):
+            raise AnsibleActionFail("rollout_summary: dir (the run's report folder) is required")
+        run_dir = Path(str(args["dir"]))
+        records = rolloutreport.read_records(run_dir)
+        summary = rolloutreport.summarize(
+            records, [str(h) for h in args.get("hosts") or []], run_dir.name, bool(args.get("finished"))
+        )
+        markdown = render_markdown(self._loader, task_vars, summary)
+        rolloutreport.write_summary(run_dir, summary, markdown)
+        result.update(changed=False, ansible_facts={"sglang_summary": summary})
+        return result
+
+
+def render_markdown(loader: Any, variables: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The summary template with ``sglang_summary`` (the rollout_lost callback renders it the same way)."""
+    templar = Templar(loader=loader, variables={**variables, "sglang_summary": summary})
+    return str(templar.template(trust_as_template(TEMPLATE.read_text())))

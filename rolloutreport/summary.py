@@ -1,0 +1,46 @@
+"""The run's summary, from the host records on the controller (not from live hostvars, so hosts
+that failed and left the play are in it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .records import write_json
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "hosts").glob("*.json"))]
+
+
+def summarize(records: list[dict[str, Any]], all_hosts: list[str], run_id: str, finished: bool) -> dict[str, Any]:
+    """Who moved, who stayed, who failed or was lost, and the image in flight."""
+    names = [r["host"] for r in records]
+
+    def hosts(pred: Callable[[dict[str, Any]], Any]) -> list[str]:
+        return [r["host"] for r in records if pred(r)]
+
+    return {
+        "run_id": run_id,
+        "finished": finished,
+        "hosts": records,
+        # one ID when every host deployed the canary's (sglang_image_pin_to_canary)
+        "image_ids": sorted({r["image_id"] for r in records if r.get("image_id")}),
+        "not_reached": [h for h in all_hosts if h not in names],
+        "moved": hosts(lambda r: r["outcome"] == "ok" and r["gate"] == "pass"),
+        "unchanged": hosts(lambda r: r["outcome"] == "ok" and r["gate"] != "pass"),
+        "rolled_back": hosts(lambda r: r.get("rolled_back")),
+        "put_back": hosts(lambda r: r.get("put_back")),
+        "failed": hosts(lambda r: r["outcome"] == "failed"),
+        "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
+    }
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any], markdown: str) -> None:
+    write_json(run_dir / "rollout-summary.json", summary)
+    tmp = run_dir / "rollout-summary.md.tmp"
+    tmp.write_text(markdown)
+    tmp.chmod(0o640)
+    tmp.replace(run_dir / "rollout-summary.md")
