@@ -379,3 +379,33 @@ def test_a_noisy_healthy_median_passes_and_a_slower_one_fails_against_the_same_r
     lat_cfg = parse_config({"baseline": {"metrics": ["p99_ttft_ms"]}})
     [lat] = judge.baseline({"p99_ttft_ms": 100.0}, {"p99_ttft_ms": 110.0}, lat_cfg, {"p99_ttft_ms": 0.05}, {})
     assert lat.passed and lat.op == "<=" and lat.required == pytest.approx(100 / 0.9)
+
+
+TEN_AND_TEN = H100.with_name("ten_and_ten_gates.json")
+
+
+def test_the_recorded_ten_and_ten_series_is_judged_as_on_the_gpu():
+    """The H100 series of docs/real-sglang-h200.md section 6: ten gates on a healthy server, ten on
+    the same server limited to 192 running requests (~18 % less throughput). The baseline rule,
+    applied here to each gate's recorded medians and noise, must give the GPU gate's own verdicts
+    and messages: ten passes, ten regressions."""
+    data = json.loads(TEN_AND_TEN.read_text())
+    cfg = parse_config({"baseline": data["baseline_config"]})
+    ref = data["reference"]
+    gates = data["gates"]
+    assert [g["verdict"] for g in gates] == ["pass"] * 10 + ["fail"] * 10
+    judged = 0
+    for g in gates[1:]:  # gate 1 wrote the reference
+        got = judge.baseline(ref["key_metrics"], g["key_metrics"], cfg, ref["key_noise"], g["key_noise"])
+        assert {c.name: c.passed for c in got} == {k: v["passed"] for k, v in g["baseline_checks"].items()}
+        for c in got:  # a confirmed regression's message goes on with the first measurement
+            assert g["baseline_checks"][c.name]["message"].startswith(c.message), (g["series"], g["gate"], c.name)
+        judged += 1
+    assert judged == 19
+    slow = [g for g in gates if g["series"] == "slow"]
+    regressed = ["baseline.total_token_throughput", "baseline.output_token_throughput"]
+    assert all(g["failed_checks"] == regressed for g in slow)
+    worst_healthy = min(g["key_metrics"]["total_token_throughput"] for g in gates[:10])
+    best_slow = max(g["key_metrics"]["total_token_throughput"] for g in slow)
+    assert worst_healthy / ref["key_metrics"]["total_token_throughput"] == pytest.approx(0.956, abs=1e-3)
+    assert best_slow / ref["key_metrics"]["total_token_throughput"] == pytest.approx(0.825, abs=1e-3)
