@@ -55,19 +55,24 @@ def _describe(holder: dict[str, Any]) -> str:
     )
 
 
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "required": True},
+    "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+    "run_id": {"type": "str", "default": ""},
+}
+
+
 class ActionModule(ActionBase):
     """See the module docstring."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "state", "run_id"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        path = Path(str(args.get("path") or ""))
-        state = str(args.get("state", "present"))
-        if not path.is_absolute() or state not in ("present", "absent"):
-            raise AnsibleActionFail("rollout_lock: path must be an absolute path and state one of: present, absent")
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
+        path, state = Path(args["path"]), args["state"]
+        if not path.is_absolute():
+            raise AnsibleActionFail(f"rollout_lock: path must be an absolute path (got {str(path)!r})")
         me = os.getppid()
         holder = _holder(path)
         held_by_other = holder is not None and holder.get("pid") != me and _running_ansible(int(holder.get("pid", -1)))
@@ -91,7 +96,7 @@ class ActionModule(ActionBase):
 
         mine = {
             "pid": me,
-            "run_id": str(args.get("run_id", "")),
+            "run_id": args["run_id"],
             "user": getpass.getuser(),
             "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
@@ -31,7 +30,12 @@ options:
   stage: {description: the stage the host enters (O(state=in_progress)), type: str}
 """
 
-STATES = ("in_progress", "final", "lost")
+ARGUMENT_SPEC = {
+    "dir": {"type": "path", "required": True},
+    "state": {"type": "str", "required": True, "choices": ["in_progress", "final", "lost"]},
+    "host": {"type": "str"},
+    "stage": {"type": "str"},
+}
 
 
 class ActionModule(ActionBase):
@@ -41,12 +45,8 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        state = args.get("state")
-        if state not in STATES:
-            raise AnsibleActionFail(f"rollout_record: state must be one of {', '.join(STATES)} (got {state!r})")
-        if not args.get("dir"):
-            raise AnsibleActionFail("rollout_record: dir (the run's report folder) is required")
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
+        state = args["state"]
         run_dir = Path(str(args["dir"]))
         host = str(args.get("host") or task_vars["inventory_hostname"])
         check_mode = bool(task_vars.get("ansible_check_mode", False))

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar, trust_as_template
 
@@ -25,6 +24,11 @@ options:
   finished: {description: the last summary of the run, type: bool, default: false}
 """
 
+ARGUMENT_SPEC = {
+    "dir": {"type": "path", "required": True},
+    "hosts": {"type": "list", "elements": "str", "required": True},
+    "finished": {"type": "bool", "default": False},
+}
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "rollout-summary.md.j2"
 
 
@@ -35,14 +39,10 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        if not args.get("dir"):
-            raise AnsibleActionFail("rollout_summary: dir (the run's report folder) is required")
-        run_dir = Path(str(args["dir"]))
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
+        run_dir = Path(args["dir"])
         records = rolloutreport.read_records(run_dir)
-        summary = rolloutreport.summarize(
-            records, [str(h) for h in args.get("hosts") or []], run_dir.name, bool(args.get("finished"))
-        )
+        summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"])
         markdown = render_markdown(self._loader, task_vars, summary)
         rolloutreport.write_summary(run_dir, summary, markdown)
         result.update(changed=False, ansible_facts={"sglang_summary": summary})
