@@ -84,9 +84,8 @@ def reference_of(report: dict[str, Any], how: str) -> Reference:
 
 
 def _first_error(exc: ValidationError) -> str:
-    e = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in e.get("loc", ())) or "(top level)"
-    return f"{where}: {e.get('msg', 'invalid')}"
+    e = exc.errors()[0]
+    return ".".join(str(p) for p in e["loc"]) + f": {e['msg']}"
 
 
 def parse(data: Any, source: str) -> BaselineFile:
@@ -156,7 +155,7 @@ def record(path: str | Path, report: dict[str, Any], promote: bool) -> tuple[boo
             )
         how = "promoted (--promote-baseline)" if promote else "first passing gate of the group"
         new = reference_of(report, how)
-        history = ([current.reference, *current.history] if current else [])[:HISTORY]
+        history = [current.reference, *current.history][:HISTORY] if current is not None else []
         doc = {
             "schema": SCHEMA,
             "written_at": datetime.now(UTC).isoformat(timespec="seconds"),

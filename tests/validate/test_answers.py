@@ -300,12 +300,15 @@ def stub():
 
     from aiohttp import web
 
-    state = {"answers": [], "bodies": []}
+    state = {"answers": [], "bodies": [], "content_types": []}
     loop = asyncio.new_event_loop()
 
     async def generate(request):
         state["bodies"].append(await request.json())
-        status, body = state["answers"].pop(0)
+        state["content_types"].append(request.headers.get("Content-Type"))
+        status, body, *delay = state["answers"].pop(0)
+        if delay:
+            await asyncio.sleep(delay[0])
         return web.Response(status=status, text=body, content_type="application/json")
 
     app = web.Application()
@@ -318,7 +321,7 @@ def stub():
     t.join(5)
 
 
-def _call(url: str, fn, *args):
+def _call(url: str, fn, *args, timeout_s: float = 5):
     import asyncio
 
     from validate.client import make_session
@@ -326,8 +329,9 @@ def _call(url: str, fn, *args):
     from validate.phases import Measurer
 
     async def go():
+        cfg = parse_config({"answers": {"reference": {"timeout_s": timeout_s}}})
         async with make_session() as s:
-            return await fn(Measurer(s, url, parse_config({"answers": {"reference": {"timeout_s": 5}}}), print), *args)
+            return await fn(Measurer(s, url, cfg, print), *args)
 
     return asyncio.run(go())
 
@@ -382,3 +386,108 @@ def test_the_reference_requests_and_their_refusals(stub):
         with pytest.raises(ReferenceError_) as exc:
             _call(url, fn, *args)
         assert str(exc.value) == why
+
+
+def test_the_reference_requests_are_json_bounded_in_time_and_their_errors_short(stub):
+    from validate.answers import ReferenceError_, greedy_answer, score
+
+    url, state = stub
+    meta = {"input_token_logprobs": [[None, 11, None]]}
+    state["answers"] = [(200, json.dumps({"output_ids": [5], "meta_info": meta}))]
+    assert _call(url, greedy_answer, "hi", 1) == ([11], [5])
+    assert state["content_types"] == ["application/json"]
+    state["answers"] = [(200, json.dumps({"output_ids": [5], "meta_info": meta}), 3.0)]  # answers after 3 s
+    with pytest.raises(ReferenceError_) as exc:
+        _call(url, greedy_answer, "hi", 1, timeout_s=1)
+    assert str(exc.value).startswith("TimeoutError")
+    state["answers"] = [(500, "x" * 500)]
+    with pytest.raises(ReferenceError_) as exc:
+        _call(url, greedy_answer, "hi", 1)
+    assert str(exc.value) == "HTTP 500: " + "x" * 200
+    state["answers"] = [(200, json.dumps(list(range(200))))]
+    with pytest.raises(ReferenceError_) as exc:
+        _call(url, greedy_answer, "hi", 1)
+    assert str(exc.value) == "not a /generate answer: " + str(list(range(200)))[:200]
+    # an answer with no prompt before it: its log-probabilities start at token 0
+    state["answers"] = [(200, json.dumps({"meta_info": {"input_token_logprobs": [[-0.5, 5, None]]}}))]
+    assert _call(url, score, [], [5]) == [-0.5]
+    assert state["bodies"][-1]["logprob_start_len"] == 0
+
+
+def test_an_unexpected_entry_is_cut_to_two_hundred_characters():
+    from validate.answers import ReferenceError_, _logprob_entries
+
+    with pytest.raises(ReferenceError_) as exc:
+        _logprob_entries({"k": [["x" * 500]]}, "k")
+    assert len(str(exc.value)) == 200 and str(exc.value).startswith("k: unexpected entry ['xxx")
+
+
+def _phase_at(url: str, baseline: Path | None):
+    import asyncio
+
+    from validate.answers import reference_phase
+    from validate.client import make_session
+    from validate.config import parse_config
+    from validate.phases import Measurer
+
+    async def go():
+        cfg = parse_config({"answers": {"reference": {"timeout_s": 5, "max_new_tokens": 2}}})
+        async with make_session() as s:
+            return await reference_phase(Measurer(s, url, cfg, lambda _m: None), str(baseline) if baseline else None)
+
+    return asyncio.run(go())
+
+
+def test_the_compared_phase_asks_for_the_reference_length_and_names_where_its_reference_is_from(stub, tmp_path):
+    url, state = stub
+    state["answers"] = [(500, "down")]
+    res = _phase_at(url, None)
+    assert (res.mode, res.error, res.reference_from) == ("error", "HTTP 500: down", "")
+    base = tmp_path / "baseline.json"
+    answer = {"prompt": "p", "prompt_ids": [11], "answer_ids": [5, 6], "logprobs": [-0.5, -0.5]}
+    _store(base, {"max_new_tokens": 2, "answers": [answer]})
+    scored = {"input_token_logprobs": [[-0.1, 11, None], [-0.25, 5, None], [-0.75, 6, None]]}
+    short = {"output_ids": [5], "meta_info": {"input_token_logprobs": [[None, 11, None]]}}  # stopped early
+    state["answers"] = [(200, json.dumps({"meta_info": scored})), (200, json.dumps(short))]
+    res = _phase_at(url, base)
+    assert res.mode == "compared" and res.divergence == [None]  # agrees as far as it went
+    assert res.deltas == pytest.approx([0.0])
+    assert state["bodies"][-1]["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 2}
+    state["answers"] = [(503, "busy")]
+    res = _phase_at(url, base)
+    assert (res.mode, res.error, res.reference_from) == ("error", "HTTP 503: busy", "2026-12-04T10:00:00+00:00")
+
+
+def test_rule_edges_each_side():
+    rule = AnswerRule()  # 16 tokens, more than half
+    assert degenerate(rule, 16, "!" * 16, ids=[7] * 16).startswith("token id 7 repeated 16 times")  # at min_tokens
+    assert degenerate(rule, 15, "!" * 15, ids=[7] * 15) == ""  # below it: too short to tell
+    half = [7] * 8 + list(range(8))
+    assert degenerate(rule, 16, "a b c d e f g h i j k l m n o p", ids=half) == ""  # half is not more than half
+    assert degenerate(rule, 16, "a\ufffd\ufffdb") == ""  # 2 of 4 characters undecodable: half
+    assert degenerate(rule, 16, "ab\ufffd\ufffdc") == ""  # 2 of 5
+    assert degenerate(rule, 16, "a\ufffd\ufffd\ufffdb") == "not decodable: 3 of 5 characters are U+FFFD"
+    assert (
+        degenerate(rule, 16, "ab" * 16, pieces=["ab"] * 16)
+        == "the piece 'ab' repeated 16 times in a row (16 of 16 pieces)"
+    )
+    pieces = ["ab"] * 8 + list("cdefghij")
+    assert degenerate(rule, 16, "".join(pieces), pieces=pieces) == ""  # 8 of 16 pieces
+    assert degenerate(
+        rule, 16, "x" * 16
+    ) == "the character 'x' repeated 16 times in a row (16 of 16 characters): " + repr("x" * 16)
+    assert degenerate(rule, 16, "xxxxxxxxabcdefgh") == ""  # 8 of 16 characters
+
+
+def test_the_longest_run_keeps_the_first_of_equal_runs_and_a_shown_answer_is_cut_after_24():
+    assert longest_run([1, 1, 2, 2]) == (2, 1)
+    assert longest_run([]) == (0, None)
+    assert degenerate(AnswerRule(), 24, "y" * 24).endswith(": " + repr("y" * 24))
+    assert degenerate(AnswerRule(), 25, "y" * 25).endswith(": " + repr("y" * 24 + "..."))
+
+
+def test_a_reference_result_rounds_to_four_places():
+    from validate.answers import ReferenceResult
+
+    d = ReferenceResult("compared", deltas=[0.123456, 0.01]).to_dict()
+    assert d["worst_delta"] == 0.1235 and d["deltas"] == [0.1235, 0.01] and d["answers"] == 2

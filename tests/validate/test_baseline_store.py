@@ -151,3 +151,66 @@ def test_the_reference_keeps_its_noise_and_gains_answers_once(tmp_path):
     assert baseline.load(path).history == []
     failed = {**_report(900, "h4", "fail"), "reference_answers": other}
     assert baseline.record(path, failed, promote=False) == (False, "baseline not written: the gate failed")
+
+
+def test_the_workload_names_every_field_that_makes_figures_comparable():
+    config = {
+        "throughput": {
+            "num_prompts": 64,
+            "input_len": 512,
+            "output_len": 96,
+            "request_rate": "Infinity",
+            "max_concurrency": 32,
+            "repeats": 5,  # not part of the workload: more runs measure the same thing
+        },
+        "single_stream": {"prompt": "Count", "max_tokens": 200, "timeout_s": 9},
+    }
+    assert baseline.workload(config) == {
+        "throughput.num_prompts": 64,
+        "throughput.input_len": 512,
+        "throughput.output_len": 96,
+        "throughput.request_rate": "inf",
+        "throughput.max_concurrency": 32,
+        "single_stream.prompt": "Count",
+        "single_stream.max_tokens": 200,
+    }
+    for rate in (float("inf"), "inf", "Infinity"):
+        assert baseline.workload({"throughput": {"request_rate": rate}})["throughput.request_rate"] == "inf"
+    assert baseline.workload({"throughput": {"request_rate": 8.0}})["throughput.request_rate"] == 8.0
+    assert baseline.reference_of({"config": {}}, "x").engine == "unknown"
+
+
+def test_a_field_error_names_its_path_and_a_failed_report_its_verdict(tmp_path):
+    with pytest.raises(baseline.BaselineError) as exc:
+        baseline.parse({"schema": baseline.SCHEMA}, "b.json")
+    assert str(exc.value) == "b.json: reference: Field required"
+    with pytest.raises(baseline.BaselineError) as exc:
+        baseline.parse({"verdict": "fail"}, "r.json")
+    assert str(exc.value) == "r.json: not a baseline and not a passing report (verdict 'fail')"
+
+
+def test_what_a_write_leaves_on_disk(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "g" / "baseline.json"
+    report = {**_report(1000, "h1"), "started_at": ""}
+    assert baseline.record(path, report, promote=False) == (
+        True,
+        f"baseline written (first passing gate of the group): {path}",
+    )
+    doc = json.loads(path.read_text())
+    assert sorted(doc) == ["history", "reference", "schema", "written_at"] and doc["history"] == []
+    assert doc["written_at"].endswith("+00:00")  # UTC, with its offset
+    assert path.with_name("baseline.json.lock").exists() and not (tmp_path / "None.lock").exists()
+    assert baseline.record(path, _report(900, "h2"), promote=False) == (
+        False,
+        "baseline kept: the group's reference is from an earlier gate "
+        "(an ordinary pass never replaces it; --promote-baseline does)",
+    )
+    answers = {"max_new_tokens": 8, "answers": []}
+    assert baseline.record(path, {**_report(900, "h3"), "reference_answers": answers}, promote=False)[0]
+    doc = json.loads(path.read_text())
+    assert sorted(doc) == ["history", "reference", "schema", "written_at"] and doc["written_at"].endswith("+00:00")
+    assert doc["reference"]["answers"] == answers
+    path.write_text("{broken")
+    assert baseline.record(path, _report(1100, "h4"), promote=True)[0]  # an unusable file: no history to keep
+    assert json.loads(path.read_text())["history"] == []

@@ -79,3 +79,52 @@ def test_max_concurrency_and_rate_still_finish_every_request(engine_factory, rat
     eng = engine_factory(*FAST)
     lr, _ = _load(eng.url, deadline_s=20, max_concurrency=2, request_rate=rate, seed=3)
     assert lr.metrics.completed == 6 and lr.metrics.max_concurrent_requests <= 6
+
+
+def test_prompts_follow_bench_serving_random_ids():
+    import numpy as np
+
+    from validate.load import random_ids
+
+    ids = random_ids(4, 5, 50, seed=1)
+    offsets = np.random.default_rng(1).integers(0, 50, size=4)  # bench_serving: offset_i, then i + j
+    assert ids == [[(int(offsets[i]) + i + j) % 50 for j in range(5)] for i in range(4)]
+    assert all(len(row) == 5 and all(0 <= t < 50 for t in row) for row in ids)
+
+
+def test_progress_counts_what_finished_and_what_failed(engine_factory):
+    # error_rate 0.5 (seeded): some requests fail at once, the rest stall until the deadline
+    eng = engine_factory(*FAST, "--engine-fault", "error_rate:0.5,stall_after:3")
+    lr, said = _load(eng.url, deadline_s=1.5, progress_interval_s=0.4)
+    failed = lr.metrics.failure_reasons["http_error"]
+    assert 2 <= failed <= 4 and lr.metrics.failure_reasons["timeout"] == 6 - failed
+    ticks = [line.split(", ")[:2] for line in said]
+    assert ticks and all(t == [f"t: {failed}/6 done", f"{failed} failed"] for t in ticks[1:])
+
+
+def test_progress_counts_successes_as_done_not_failed(engine_factory):
+    # three at a time, ~0.6 s each: the ticks between the two waves see three done, none failed
+    eng = engine_factory("--engine-decode-base-ms", "30", "--engine-decode-per-req-ms", "0")
+    lr, said = _load(eng.url, deadline_s=20, max_concurrency=3, progress_interval_s=0.1)
+    assert lr.metrics.completed == 6
+    counts = [(int(line.split("/")[0].removeprefix("t: ")), line.split(", ")[1]) for line in said]
+    assert all(f == "0 failed" for _, f in counts) and any(0 < d < 6 for d, _ in counts)
+    assert [d for d, _ in counts] == sorted(d for d, _ in counts)
+
+
+def test_the_warm_up_is_short_judged_and_a_stalled_one_keeps_its_figures(engine_factory):
+    async def go(url, **kw):
+        async with make_session() as s:
+            return await run_load(s, url + "/generate", PROMPTS, 40, label="t", **kw)
+
+    eng = engine_factory(*FAST)
+    lr = asyncio.run(go(eng.url, deadline_s=20, warmup_requests=1))
+    assert [(r.success, r.prompt_len, r.output_len) for r in lr.warmup] == [(True, 8, 32)]  # at most 32 tokens
+    bad = engine_factory(*FAST, "--engine-fault", "degenerate")
+    lr = asyncio.run(go(bad.url, deadline_s=20, warmup_requests=1, max_concurrency=2, rule=AnswerRule(16, 0.5)))
+    assert [r.failure for r in lr.warmup] == ["degenerate"] and lr.metrics.failure_reasons == {"degenerate": 6}
+    stall = engine_factory(*FAST, "--engine-fault", "stall_after:3")
+    lr = asyncio.run(go(stall.url, deadline_s=1.0, warmup_requests=1))
+    assert [(r.failure, r.prompt_len) for r in lr.warmup] == [("timeout", 8)]
+    assert [r.prompt_len for r in lr.results] == [8] * 6 and lr.deadline_s == 1.0
+    assert lr.metrics.duration_s == 0.0 and lr.metrics.completed == 0

@@ -353,3 +353,18 @@ def test_user_patterns_need_re2_and_say_so_without_it(monkeypatch):
     assert str(exc.value) == "needs google-re2 (a linear-time regex engine) installed where the gate runs"
     builtin = userregex.compile_builtin(r"CUDA error: \w+")
     assert type(builtin).__module__ == "re" and builtin.search("CUDA error: illegal")
+
+
+def test_a_refused_pattern_is_reported_once_by_name_and_re2_stays_quiet(capfd):
+    from validate import userregex
+
+    capfd.readouterr()
+    with pytest.raises(userregex.UserRegexError) as exc:
+        userregex.compile_user_regex(r"(a)\1")
+    assert (
+        str(exc.value) == r"not a pattern RE2 accepts (no backreferences or look-around): invalid escape sequence: \1"
+    )
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")  # RE2's own "Error parsing" line would land in the gate's log
+    builtin = userregex.compile_builtin(r"CUDA error: \w+")
+    assert type(builtin).__module__ == "re2" and builtin.search("CUDA error: illegal")
