@@ -53,3 +53,28 @@ def test_a_full_disk_stops_preflight_naming_the_variable(tmp_path: Path) -> None
     assert run.rc != 0
     flat = " ".join(run.out.split())
     assert "GB free on /var/lib (sglang_preflight_disk_path), at least 100000 GB are needed" in flat, flat[-3000:]
+
+
+FABRIC_NA = (
+    "State                                          : N/A\n        Status                                         : N/A"
+)
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "needle"),
+    [
+        ("Not Started", "N/A", "fabric is not ready on 1 GPU(s) (nvidia-smi -q Fabric State / Status: Not Started / N/A)"),  # noqa: E501
+        ("Completed", "Failure", "(nvidia-smi -q Fabric State / Status: Completed / Failure): start the fabric"),
+        ("Completed", "Success", None),
+    ],
+)  # fmt: skip
+def test_an_nvswitch_fabric_that_is_not_up_stops_preflight(tmp_path: Path, state: str, status: str, needle) -> None:
+    assert RECORDED.count(FABRIC_NA) == 1  # the recorded H200 (no NVSwitch) says N/A and passes above
+    edited = FABRIC_NA.replace(": N/A", f": {state}", 1).replace("N/A", status, 1)
+    run = _preflight(tmp_path, RECORDED.replace(FABRIC_NA, edited))
+    flat = " ".join(run.out.split())
+    assert "TASK [Stop when the NVSwitch fabric is not up (fabric manager)]" in run.out
+    if needle is None:
+        assert run.rc == 0, flat[-3000:]
+    else:
+        assert run.rc != 0 and needle in flat, flat[-3000:]

@@ -6,6 +6,7 @@ failing a host before anything on it changes. The all-reduce script's arithmetic
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -238,3 +239,50 @@ def test_role_passes_the_recorded_h200_and_fails_a_sick_one_naming_the_gpu(tmp_p
     assert bad.rc != 0
     assert "GPU health: " in bad.out and "compute capability 9.0, expected sm_120" in bad.out
     assert "Xid 79 (GPU has fallen off the bus)" in bad.out
+
+
+def test_xid_events_before_the_last_good_deploy_are_listed_not_failed(tmp_path: Path) -> None:
+    log = (
+        "[ 100.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+        "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, no stamp on this line\n"
+        "[ 900.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=1, GPU stopped processing\n"
+    )
+    xid = health.parse_xid(log)
+    assert [(e["code"], e["t"]) for e in xid] == [(79, 100.5), (13, None), (43, 900.0)]
+    gpus = health.parse_query((FIX3 / "nvidia-smi-query-health.csv").read_text())
+    q = health.parse_q((FIX / "nvidia-smi-q.txt").read_text())
+    fails = health.judge(gpus, q, None, xid, None, {**PARAMS, "expected_arch": "", "xid_after_s": 500.0})
+    xids = [f for f in fails if "Xid" in f]
+    assert len(xids) == 2 and all("in the kernel log since the last good deploy" in f for f in xids)
+    assert "Xid 13" in xids[0] and "Xid 43" in xids[1]  # no stamp: counted; after the deploy: counted
+    since_boot = [f for f in health.judge(gpus, q, None, xid, None, {**PARAMS, "expected_arch": ""}) if "Xid" in f]
+    assert len(since_boot) == 3 and all("since boot" in f for f in since_boot)
+    record = tmp_path / "sglang.last-good.json"
+    record.write_text("{}")
+    os.utime(record, (1_000_000.0, 1_000_000.0))
+    assert health.since_boot(str(record), now=1_000_600.0, uptime_s=1_000.0) == 400.0  # boot at 999,600
+    assert health.since_boot(str(record), now=1_000_600.0, uptime_s=10.0) == 0.0  # written before this boot
+    assert health.since_boot(str(tmp_path / "none.json"), now=1.0, uptime_s=1.0) is None
+
+
+def test_role_counts_xid_from_the_last_good_record(tmp_path: Path) -> None:
+    smi, klog = _fake_host(tmp_path, "[    5.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    record = tmp_path / "sglang.last-good.json"
+    record.write_text("{}")  # written now: long after 5 s from boot
+    extra = {
+        "ansible_python_interpreter": str(BIN / "python"),
+        "gpu_host_nvidia_smi": str(smi),
+        "sglang_gpu_count": 1,
+        "sglang_gpu_arch": "90",
+        "gpu_host_kernel_log_command": ["cat", str(klog)],
+        "gpu_host_run_dcgmi": False,
+        "gpu_host_xid_since_file": str(record),
+    }
+    ok = run_role_tasks(tmp_path, "gpu_host", "health", extra)
+    assert ok.rc == 0, ok.out[-3000:]
+    assert "Xid events: 1 (counted since the last good deploy, " in " ".join(ok.out.split())
+    record.unlink()
+    bad = run_role_tasks(tmp_path, "gpu_host", "health", extra)
+    assert bad.rc != 0 and "Xid 79 (GPU has fallen off the bus) in the kernel log since boot" in " ".join(
+        bad.out.split()
+    )

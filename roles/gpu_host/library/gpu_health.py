@@ -8,7 +8,9 @@ Stdlib only: it runs with the host's Python.
 
 Checks: GPU count and compute capability; uncorrected ECC errors since the driver loaded;
 retired pages pending and, on Ampere and later, row remapping pending or failed
-(``nvidia-smi -q``); persistence mode; Xid events in the kernel log since boot; the
+(``nvidia-smi -q``); persistence mode; Xid events in the kernel log since boot, or since the
+host's last good deploy when ``xid_since_file`` names its record (an Xid the host already had
+when it last passed a gate is not held against it forever); the
 GPU-to-GPU link types of ``nvidia-smi topo -m`` against the ones the inventory allows; and
 ``dcgmi diag -r 1`` when DCGM is installed.
 """
@@ -18,9 +20,11 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
+import os
 import re
 import shutil
 import subprocess
+import time
 from typing import Any
 
 DOCUMENTATION = r"""
@@ -36,6 +40,12 @@ options:
   max_uncorrected_ecc: {type: int, default: 0, description: Most uncorrected volatile ECC errors allowed per GPU.}
   require_persistence: {type: bool, default: true, description: Persistence mode must be Enabled.}
   check_xid: {type: bool, default: true, description: Fail on Xid events in the kernel log since boot.}
+  xid_since_file:
+    type: str
+    default: ""
+    description:
+      - A file whose modification time marks the host's last good deploy (sglang_server's last-good record).
+      - Xid events the kernel logged before it are reported, not failed; empty or missing = since boot.
   xid_ignore: {type: list, elements: int, default: [], description: Xid codes to ignore.}
   kernel_log_command: {type: list, elements: str, default: [dmesg], description: Command printing the kernel log.}
   allowed_links:
@@ -53,6 +63,7 @@ QUERY_FIELDS = (
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
+_KTIME = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")  # dmesg's default stamp: seconds since boot
 # Xid codes an operator meets most (NVIDIA's Xid catalogue), for readable messages.
 XID_MEANING = {
     13: "graphics engine exception",
@@ -130,12 +141,31 @@ def parse_topo(text: str) -> tuple[list[str], dict[tuple[str, str], str]]:
 
 
 def parse_xid(text: str) -> list[dict[str, Any]]:
-    """Xid events of the kernel log: the GPU's PCI address, the code and the line."""
-    return [
-        {"pci": m.group(1).lower(), "code": int(m.group(2)), "line": line.strip()[:300]}
-        for line in text.splitlines()
-        if (m := _XID.search(line))
-    ]
+    """Xid events of the kernel log: the GPU's PCI address, the code, the line and, when the line
+    carries dmesg's stamp, the seconds since boot (``t``; None without one)."""
+    out = []
+    for line in text.splitlines():
+        if m := _XID.search(line):
+            k = _KTIME.match(line.strip())
+            out.append(
+                {
+                    "pci": m.group(1).lower(),
+                    "code": int(m.group(2)),
+                    "line": line.strip()[:300],
+                    "t": float(k.group(1)) if k else None,
+                }
+            )
+    return out
+
+
+def since_boot(path: str, now: float, uptime_s: float) -> float | None:
+    """``path``'s modification time in seconds since boot (0 when it is older than this boot), or
+    None when there is no such file: events logged before it were on the host when it last passed."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    return max(0.0, mtime - (now - uptime_s))
 
 
 def parse_dcgmi(text: str) -> list[str]:
@@ -191,13 +221,17 @@ def judge(
             fails.append(f"{name}: row remapping failed: the GPU needs service")
     if xid:
         index_of = {_pci_key(g.get("pci.bus_id")): g.get("index") for g in gpus}
+        after = params.get("xid_after_s")  # the last good deploy, in seconds since boot
+        since = "since boot" if after is None else "since the last good deploy"
         for ev in xid:
             if ev["code"] in params["xid_ignore"]:
                 continue
+            if after is not None and ev.get("t") is not None and ev["t"] < after:
+                continue  # the host passed a gate with it: reported in xid_events, not failed
             gpu = index_of.get(_pci_key(ev["pci"]))
             who = f"GPU{gpu}" if gpu is not None else f"GPU at PCI {ev['pci']}"
             meaning = XID_MEANING.get(ev["code"], "see NVIDIA's Xid catalogue")
-            fails.append(f"{who}: Xid {ev['code']} ({meaning}) in the kernel log since boot: {ev['line']}")
+            fails.append(f"{who}: Xid {ev['code']} ({meaning}) in the kernel log {since}: {ev['line']}")
     if topo is not None and params["allowed_links"]:
         names, links = topo
         if len(names) != len(gpus):
@@ -230,6 +264,7 @@ def main() -> None:
             "max_uncorrected_ecc": {"type": "int", "default": 0},
             "require_persistence": {"type": "bool", "default": True},
             "check_xid": {"type": "bool", "default": True},
+            "xid_since_file": {"type": "str", "default": ""},
             "xid_ignore": {"type": "list", "elements": "int", "default": []},
             "kernel_log_command": {"type": "list", "elements": "str", "default": ["dmesg"]},
             "allowed_links": {"type": "list", "elements": "str", "default": []},
@@ -261,6 +296,10 @@ def main() -> None:
             )
         else:
             xid = parse_xid(out_k)
+            if p["xid_since_file"]:
+                with open("/proc/uptime", encoding="ascii") as fh:
+                    uptime_s = float(fh.read().split()[0])
+                p["xid_after_s"] = since_boot(p["xid_since_file"], time.time(), uptime_s)
     dcgmi_failed = None
     dcgmi_ran = False
     if p["run_dcgmi"] and shutil.which(p["dcgmi"]):
@@ -275,6 +314,7 @@ def main() -> None:
         "gpus": gpus,
         "links": {f"{a}-{b}": kind for (a, b), kind in (topo[1].items() if topo else []) if a < b},
         "xid_events": xid or [],
+        "xid_after_s": p.get("xid_after_s"),
         "dcgmi_ran": dcgmi_ran,
         "failures": problems,
     }
