@@ -65,7 +65,7 @@ def workload(config: dict[str, Any]) -> dict[str, Any]:
     for k in ("num_prompts", "input_len", "output_len", "request_rate", "max_concurrency"):
         v = tp.get(k)
         # .inf is written as "inf" in strict JSON; older reports carry a float inf
-        out[f"throughput.{k}"] = "inf" if v in (float("inf"), "inf", "Infinity") else v
+        out[f"throughput.{k}"] = "inf" if str(v) in ("inf", "Infinity") else v
     out.update({f"single_stream.{k}": ss.get(k) for k in ("prompt", "max_tokens")})
     return out
 

@@ -11,7 +11,7 @@ import pytest
 from validate import checks as judge
 from validate.config import parse_config
 from validate.load import LoadResult
-from validate.metrics import RequestResult, compute_metrics
+from validate.metrics import RequestResult, Spread, compute_metrics
 from validate.phases import Health, Readiness, SingleStream, StabilityStep, Throughput
 
 
@@ -409,3 +409,208 @@ def test_the_recorded_ten_and_ten_series_is_judged_as_on_the_gpu():
     best_slow = max(g["key_metrics"]["total_token_throughput"] for g in slow)
     assert worst_healthy / ref["key_metrics"]["total_token_throughput"] == pytest.approx(0.956, abs=1e-3)
     assert best_slow / ref["key_metrics"]["total_token_throughput"] == pytest.approx(0.825, abs=1e-3)
+
+
+ONE = {"throughput": {"min_total_tok_s": 100, "max_spread": 0.1}, "baseline": {"metrics": ["total_token_throughput"]}}
+
+
+def _one(**throughput: float) -> object:
+    return parse_config({**ONE, "throughput": {**ONE["throughput"], **throughput}})
+
+
+def test_the_spread_check_whole_on_three_runs():
+    tp = _runs_at([100.0, 105.0, 110.0])
+    assert judge.spread(tp, _one()) == judge.Check(
+        "throughput.spread",
+        True,
+        0.0952,
+        0.1,
+        "ratio",
+        "measurement stability over 3 runs: total_token_throughput spread 9.5% "
+        "(min 100.0 / median 105.0 / max 110.0 tok/s; allowed 10%)",
+        "<=",
+    )
+    # exactly at the limit passes (the spread is judged <= max_spread)
+    at = judge.spread(_runs_at([80.0, 100.0, 100.0]), _one(max_spread=0.2))
+    assert at == judge.Check(
+        "throughput.spread",
+        True,
+        0.2,
+        0.2,
+        "ratio",
+        "measurement stability over 3 runs: total_token_throughput spread 20.0% "
+        "(min 80.0 / median 100.0 / max 100.0 tok/s; allowed 20%)",
+        "<=",
+    )
+    assert judge.spread(_runs_at([50.0, 100.0, 100.0]), _one()) == judge.Check(
+        "throughput.spread",
+        False,
+        0.5,
+        0.1,
+        "ratio",
+        "FAILED unstable measurement: measurement stability over 3 runs: total_token_throughput spread 50.0% "
+        "(min 50.0 / median 100.0 / max 100.0 tok/s; allowed 10%); the medians are not trusted for floors or the "
+        "baseline",
+        "<=",
+    )
+
+
+def test_the_spread_check_whole_from_four_runs():
+    tight = judge.spread(_runs_at([100.0, 100.0, 101.0, 101.0]), _one())
+    assert tight == judge.Check(
+        "throughput.spread",
+        True,
+        round(1 / 100.5, 4),
+        0.1,
+        "ratio",
+        "measurement stability over 4 runs: total_token_throughput spread of the middle half 1.0% "
+        "(min 100.0 / median 100.5 / max 101.0 tok/s; allowed 10%)",
+        "<=",
+    )
+    runs = [24_700.0, 30_200.0, 27_900.0, 30_200.0, 24_000.0, 30_500.0, 27_500.0]
+    w = Spread.of(runs)
+    assert w.n == 7 and w.judged > 0.1 and w.noise < 0.05  # scattered, but the median is known
+    settled = judge.spread(_runs_at(runs), _one())
+    assert settled == judge.Check(
+        "throughput.spread",
+        True,
+        round(w.noise, 4),
+        0.05,
+        "ratio",
+        f"measurement stability over 7 runs: total_token_throughput spread of the middle half {w.judged:.1%} "
+        f"(min 24,000.0 / median 27,900.0 / max 30,500.0 tok/s; allowed 10%); the median's standard error "
+        f"{w.noise:.1%}, within max_noise 5%",
+        "<=",
+    )
+    assert settled.measured != round(w.noise, 5)
+    assert judge.spread(_runs_at(runs), _one(max_noise=w.noise)).passed  # exactly at max_noise: settled
+    assert not judge.spread(_runs_at(runs), _one(max_noise=w.noise * 0.999)).passed
+
+
+def test_which_load_metrics_must_be_stable():
+    cfg = parse_config({"throughput": {"min_output_tok_s": 5}, "baseline": {"metrics": ["single_stream_decode_tok_s"]}})
+    assert judge._gated_load_metrics(cfg) == ["output_token_throughput"]
+    both = parse_config({"throughput": {"min_total_tok_s": 5}, "baseline": {"metrics": ["p99_ttft_ms"]}})
+    assert judge._gated_load_metrics(both) == ["total_token_throughput", "p99_ttft_ms"]
+
+
+def test_the_failed_requests_check_whole():
+    assert judge.failed_requests("throughput", 0, 10, 0, {}, "boom") == judge.Check(
+        "throughput.failed_requests", True, 0, 0, "requests", "throughput: 0 of 10 requests failed (allowed 0)", "<="
+    )
+    late = judge.failed_requests("throughput", 3, 10, 0, {"timeout": 3}, "stalled", True, 30.0)
+    assert late.message == (
+        "FAILED throughput: 3 of 10 requests failed (3 not finished within the 30s deadline or failed) (allowed 0); "
+        "by reason: timeout x3; first error: stalled"
+    )
+    allowed = judge.failed_requests("throughput", 1, 10, 1, {"abort": 1}, "queue full")
+    assert allowed.passed and allowed.message == "throughput: 1 of 10 requests failed (allowed 1); by reason: abort x1"
+
+
+def test_the_baseline_check_whole_for_a_latency_at_its_ceiling():
+    cfg = parse_config({"baseline": {"tolerance": 0.9, "metrics": ["total_token_throughput", "p99_ttft_ms"]}})
+    got = judge.baseline({"p99_ttft_ms": 90.0}, {"total_token_throughput": 5.0, "p99_ttft_ms": 100.0}, cfg)
+    assert got == [
+        judge.Check(
+            "baseline.p99_ttft_ms",
+            True,
+            100.0,
+            100.0,
+            "ms",
+            "p99_ttft_ms: 100.0 ms vs baseline 90.0 ms (required <= 100.0; allowed drop 10.0%: 1 - tolerance)",
+            "<=",
+        )
+    ]  # the throughput has no reference value: skipped, the next metric still judged
+    fine = judge.baseline({"total_token_throughput": 1000.0}, {"total_token_throughput": 950.12345}, cfg)
+    assert (fine[0].measured, fine[0].required, fine[0].unit) == (950.123, 900.0, "tok/s")
+
+
+def test_the_stability_checks_whole():
+    cfg = parse_config({"stability": {"max_failed": 0}})
+    lr = _run(3, 1.0, [_bad("cut_stream", "server closed the stream mid-response")])  # 3 x 14 tokens in 1 s
+    dead = StabilityStep(2, 3, 32, 4, load=lr, health=Health("after", False, "cannot connect", 5))
+    assert judge.stability_step(dead, cfg) == judge.Check(
+        "stability.concurrency_32",
+        False,
+        1,
+        0,
+        "failed requests",
+        "FAILED stability step 2/3 (concurrency 32): the server died or wedged at this step: /health after the step: "
+        "cannot connect; 1 of 4 requests failed (allowed 0) [cut_stream x1], total 42 tok/s, p99 E2E 1,000 ms; "
+        "first error: server closed the stream mid-response",
+        "<=",
+    )
+    alive = StabilityStep(1, 3, 16, 3, load=_run(3, 1.0), health=Health("after", True, "", 5))
+    assert judge.stability_step(alive, cfg) == judge.Check(
+        "stability.concurrency_16",
+        True,
+        0,
+        0,
+        "failed requests",
+        "stability step 1/3 (concurrency 16): ok: 0 of 3 requests failed (allowed 0), total 42 tok/s, "
+        "p99 E2E 1,000 ms; /health ok after the step",
+        "<=",
+    )
+    refused = StabilityStep(3, 3, 1024, 1024, refused="needs 1088 open files")
+    assert judge.stability_step(refused, parse_config({"stability": {"max_failed": 2}})) == judge.Check(
+        "stability.concurrency_1024",
+        False,
+        None,
+        2,
+        "failed requests",
+        "FAILED stability step 3/3 (concurrency 1024) refused: needs 1088 open files",
+        "<=",
+    )
+
+
+def test_the_reference_and_log_checks_whole():
+    from validate.answers import ReferenceResult
+    from validate.logscan import LogScanResult
+
+    cfg = parse_config({})
+    assert judge.reference(ReferenceResult("error", error="HTTP 500: boom"), cfg) == judge.Check(
+        "answers.reference", False, None, 0.1, "nats/token", "FAILED reference answers: HTTP 500: boom", "<="
+    )
+    moved = ReferenceResult("compared", deltas=[0.01, 0.123456, 0.05], divergence=[None, 7, 3])
+    assert judge.reference(moved, cfg) == judge.Check(
+        "answers.reference",
+        False,
+        0.1235,
+        0.1,
+        "nats/token",
+        "FAILED reference answers: mean log-likelihood moved by at most 0.1235 nats/token (answer 2 of 3; "
+        "allowed 0.1); greedy answers first diverge at token 3",
+        "<=",
+    )
+    broken = judge.logs(LogScanResult(files=["a.log", "b.log"], errors=["a.log: Permission denied", "b.log: gone"]))
+    assert broken == judge.Check(
+        "logs.crash_signatures",
+        False,
+        None,
+        0,
+        "matches",
+        "FAILED cannot read log: a.log: Permission denied; b.log: gone",
+        "<=",
+    )
+
+
+def test_what_the_report_keeps_of_the_throughput_phase_and_a_stability_step():
+    warm_bad = _bad("http_error", "sampling kernel missing")
+    first = _run(3, 1.0)
+    first.warmup = [warm_bad, _ok(0, 1.0)]
+    second = _run(2, 2.0, [_bad("timeout")])
+    second.timed_out = True
+    tp = Throughput([first, second], 30.0, flushes=["ok", "HTTP 404"])
+    d = tp.to_dict()
+    assert (d["repeats"], d["timed_out"], d["deadline_s"], d["refused"]) == (2, True, 30.0, "")
+    assert (d["warmup_failed"], d["flush_cache"]) == (1, ["ok", "HTTP 404"])
+    assert d["completed"] == 5 and len(d["runs"]) == 2 and d["runs"][1]["failed"] == 1
+    assert d["spread"]["total_token_throughput"]["n"] == 2
+    lr = _run(3, 1.0)
+    dead = StabilityStep(1, 2, 16, 3, load=lr, health=Health("after", False, "cannot connect", 5)).to_dict()
+    assert (dead["healthy_after"], dead["health_error"], dead["timed_out"]) == (False, "cannot connect", False)
+    assert dead["measured_concurrency"] == lr.metrics.concurrency and dead["concurrency"] == 16
+    alive = StabilityStep(1, 2, 16, 3, load=lr, health=Health("after", True, "", 5)).to_dict()
+    assert (alive["healthy_after"], alive["health_error"]) == (True, "")
+    unprobed = StabilityStep(1, 2, 16, 3, load=lr).to_dict()
+    assert (unprobed["healthy_after"], unprobed["health_error"]) == (False, "")

@@ -128,3 +128,47 @@ def test_the_warm_up_is_short_judged_and_a_stalled_one_keeps_its_figures(engine_
     assert [(r.failure, r.prompt_len) for r in lr.warmup] == [("timeout", 8)]
     assert [r.prompt_len for r in lr.results] == [8] * 6 and lr.deadline_s == 1.0
     assert lr.metrics.duration_s == 0.0 and lr.metrics.completed == 0
+
+
+def _phase(url: str, cfg: dict, stable) -> tuple[object, list[str]]:
+    from validate.config import parse_config
+    from validate.phases import Measurer
+
+    said: list[str] = []
+
+    async def go():
+        async with make_session() as s:
+            return await Measurer(s, url, parse_config(cfg), said.append).throughput(None, stable)
+
+    return asyncio.run(go()), said
+
+
+def test_the_throughput_phase_says_what_it_runs_and_repeats_while_runs_disagree(engine_factory):
+    eng = engine_factory(*FAST)
+    shape = {
+        "num_prompts": 4,
+        "input_len": 8,
+        "output_len": 5,
+        "warmup_requests": 0,
+        "flush_cache": True,
+        "timeout_s": 60,
+    }
+    tp, said = _phase(eng.url, {"throughput": {**shape, "repeats": 2, "max_repeats": 4}}, lambda runs: len(runs) >= 3)
+    assert len(tp.runs) == 3 and tp.flushes == ["ok", "ok", "ok"] and tp.deadline_s == 60.0
+    what = "4 prompts x 8 in / 5 out tokens, all at once, streaming /generate"
+    assert [line for line in said if " prompts x " in line] == [
+        f"throughput run 1/2: {what}",
+        f"throughput run 2/2: {what}",
+        f"throughput run 3/4 (more runs: the first disagreed): {what}",
+    ]
+    assert [line.split(" in ")[0] for line in said if " ok / " in line] == [
+        "throughput run 1/2: 4 ok / 0 failed",
+        "throughput run 2/2: 4 ok / 0 failed",
+        "throughput run 3/4: 4 ok / 0 failed",
+    ]
+    # runs that never agree stop at max_repeats; a finite rate is named
+    tp, said = _phase(
+        eng.url, {"throughput": {**shape, "repeats": 1, "max_repeats": 2, "request_rate": 50}}, lambda runs: False
+    )
+    assert len(tp.runs) == 2
+    assert said[0] == "throughput run 1/1: 4 prompts x 8 in / 5 out tokens, 50 req/s, streaming /generate"

@@ -368,3 +368,26 @@ def test_a_refused_pattern_is_reported_once_by_name_and_re2_stays_quiet(capfd):
     assert (out, err) == ("", "")  # RE2's own "Error parsing" line would land in the gate's log
     builtin = userregex.compile_builtin(r"CUDA error: \w+")
     assert type(builtin).__module__ == "re2" and builtin.search("CUDA error: illegal")
+
+
+def test_an_engine_error_in_text_or_undecodable_bytes_is_still_named(monkeypatch):
+    from validate import userregex
+
+    class Engine:  # RE2's binding raises its error with a bytes message; anything else is read as text
+        def __init__(self, exc: Exception) -> None:
+            self.exc = exc
+
+        def Options(self):  # RE2 spells it so
+            return type("Options", (), {})()
+
+        def compile(self, pattern, options):
+            raise self.exc
+
+    monkeypatch.setattr(userregex, "_re2", Engine(TypeError("pattern must be str")))
+    with pytest.raises(userregex.UserRegexError) as exc:
+        userregex.compile_user_regex("x")
+    assert str(exc.value).endswith("look-around): pattern must be str")
+    monkeypatch.setattr(userregex, "_re2", Engine(ValueError(b"bad \xff byte")))
+    with pytest.raises(userregex.UserRegexError) as exc:
+        userregex.compile_user_regex("x")
+    assert str(exc.value).endswith("look-around): bad \ufffd byte")
