@@ -614,3 +614,90 @@ def test_what_the_report_keeps_of_the_throughput_phase_and_a_stability_step():
     assert (alive["healthy_after"], alive["health_error"]) == (True, "")
     unprobed = StabilityStep(1, 2, 16, 3, load=lr).to_dict()
     assert (unprobed["healthy_after"], unprobed["health_error"]) == (False, "")
+
+
+def _lone(e2e: float, ttft: float = 0.123456, out: int = 11) -> RequestResult:
+    return RequestResult(success=True, output_len=out, ttft=ttft, latency=e2e, text_chars=5)
+
+
+def test_what_the_report_keeps_of_the_single_stream_and_the_warm_up():
+    from validate.phases import Warmup
+
+    ss = SingleStream([_lone(1.123456), _lone(2.3456789), _lone(3.0)], 120.0)
+    speeds = [10 / (e - 0.123456) for e in (1.123456, 2.3456789, 3.0)]  # (11 - 1) / (E2E - TTFT)
+    assert ss.to_dict() == {
+        "repeats": 3,
+        "decode_tok_s_runs": [round(s, 3) for s in speeds],
+        "noise": Spread.of(speeds).noise,
+        "success": True,
+        "error": "",
+        "failure": "",
+        "output_tokens": 11,
+        "ttft_ms": 123.46,
+        "e2e_s": 2.346,  # the median-speed request
+        "decode_tok_s": round(speeds[1], 3),
+        "e2e_tok_s": round(11 / 2.3456789, 3),
+        "finish_reason": None,
+    }
+    broken = _bad("http_error", "HTTP 500")
+    d = SingleStream([_lone(1.5), broken], 120.0).to_dict()
+    assert (d["success"], d["failure"], d["error"], d["e2e_tok_s"], d["noise"]) == (
+        False,
+        "http_error",
+        "HTTP 500",
+        0.0,
+        None,
+    )
+    assert Warmup(broken, 2.5).to_dict() == {"ok": False, "seconds": 2.5, "failure": "http_error", "error": "HTTP 500"}
+
+
+def test_the_single_stream_and_warm_up_checks_whole():
+    cfg = parse_config({"single_stream": {"min_decode_tok_s": 4, "max_ttft_ms": 100}})
+    got = judge.single_stream(SingleStream([_lone(2.3456789)], 120.0), cfg)
+    assert got == [
+        judge.Check(
+            "single_stream.decode_tok_s",
+            True,
+            round(10 / (2.3456789 - 0.123456), 3),
+            4,
+            "tok/s",
+            "single-stream decode speed: 4.5 tok/s (required at least 4 tok/s)",
+            ">=",
+        ),
+        judge.Check(
+            "single_stream.ttft_ms",
+            False,
+            123.456,
+            100,
+            "ms",
+            "FAILED single-stream TTFT: 123.5 ms (required at most 100.0 ms)",
+            "<=",
+        ),
+    ]
+    failed = judge.single_stream(SingleStream([_bad("timeout", "no answer in 120s")], 120.0), cfg)
+    assert failed == [
+        judge.Check(
+            "single_stream.request",
+            False,
+            "timeout",
+            "success",
+            "",
+            "FAILED single-stream request failed (timeout): no answer in 120s",
+        )
+    ]
+    tp = Throughput([_run(1, 1.0)], 30.0)
+    assert judge.warmups(tp) is None
+    tp.runs[0].warmup = [_ok(0, 1.0), _ok(0, 1.0)]
+    assert judge.warmups(tp) == judge.Check(
+        "throughput.warmup", True, 0, 0, "requests", "2 warm-up request(s) answered", "<="
+    )
+    tp.runs[0].warmup = [_ok(0, 1.0), _bad("http_error", "sampling kernel missing"), _bad("abort")]
+    assert judge.warmups(tp) == judge.Check(
+        "throughput.warmup",
+        False,
+        2,
+        0,
+        "requests",
+        "FAILED 2 of 3 warm-up requests failed (http_error): sampling kernel missing",
+        "<=",
+    )
