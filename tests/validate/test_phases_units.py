@@ -1,0 +1,89 @@
+"""Measurer's small requests against a stub server (the code under test is the client): what each
+returns, values not names."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from _gate_helpers import serve_app
+from aiohttp import web
+
+from validate.client import make_session
+from validate.config import parse_config
+from validate.metrics import RequestResult
+from validate.phases import Measurer, decode_speed
+
+
+@pytest.fixture
+def stub():
+    """/flush_cache and /health answer the status the test sets."""
+    state = {"flush": 200, "health": 200}
+    loop = asyncio.new_event_loop()
+
+    async def flush(request):
+        return web.Response(status=state["flush"], text="")
+
+    async def health(request):
+        return web.Response(status=state["health"], text="")
+
+    app = web.Application()
+    app.router.add_route("*", "/flush_cache", flush)
+    app.router.add_get("/health", health)
+    _, base = serve_app(loop, app)
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    yield base, state
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+
+
+def _with(url: str, fn, cfg: dict | None = None, said: list[str] | None = None):
+    async def go():
+        async with make_session() as s:
+            mm = Measurer(s, url, parse_config(cfg or {}), (said if said is not None else []).append)
+            return await fn(mm)
+
+    return asyncio.run(go())
+
+
+def test_flush_cache_says_ok_or_why_not(stub):
+    url, state = stub
+    assert _with(url, lambda mm: mm.flush_cache()) == ""
+    state["flush"] = 404  # an SGLang older than /flush_cache, or a proxy in front
+    assert _with(url, lambda mm: mm.flush_cache()) == "HTTP 404"
+    gone = _with("http://127.0.0.1:9", lambda mm: mm.flush_cache())
+    assert gone.startswith("ClientConnectorError: Cannot connect to host 127.0.0.1:9") and len(gone) <= 200
+
+
+def test_health_is_the_status_and_how_long_it_took(stub):
+    url, state = stub
+    h = _with(url, lambda mm: mm.health("after the load"), {"stability": {"health_timeout_s": 7}})
+    assert (h.when, h.healthy, h.error, h.timeout_s) == ("after the load", True, "", 7)
+    assert 0 <= h.seconds < 5
+    state["health"] = 503
+    h = _with(url, lambda mm: mm.health("after"))
+    assert not h.healthy and h.error == "HTTP 503"
+
+
+def test_a_long_wait_says_how_long_it_has_waited():
+    said: list[str] = []
+
+    async def slow():
+        await asyncio.sleep(0.35)
+        return 42
+
+    got = _with(
+        "http://127.0.0.1:9", lambda mm: mm._with_progress(slow(), "waiting"), {"progress_interval_s": 0.1}, said
+    )
+    assert got == 42 and said[:3] == ["waiting: 0s elapsed"] * 3 and len(said) in (3, 4)
+
+
+def test_decode_speed_is_one_over_the_time_per_output_token():
+    ok = RequestResult(success=True, output_len=11, ttft=0.5, latency=2.5)
+    assert decode_speed(ok) == 5.0  # 10 tokens after the first in 2 s
+    assert decode_speed(RequestResult(success=True, output_len=1, ttft=0.5, latency=2.5)) == 0.0
+    assert decode_speed(RequestResult(success=True, output_len=11, ttft=0.5, latency=0.5)) == 0.0
+    failed = RequestResult(output_len=11, ttft=0.5, latency=2.5)
+    assert decode_speed(failed) == 0.0
