@@ -87,3 +87,26 @@ def test_decode_speed_is_one_over_the_time_per_output_token():
     assert decode_speed(RequestResult(success=True, output_len=11, ttft=0.5, latency=0.5)) == 0.0
     failed = RequestResult(output_len=11, ttft=0.5, latency=2.5)
     assert decode_speed(failed) == 0.0
+
+
+def test_docker_state_reads_the_restart_count_and_start_time(tmp_path, monkeypatch):
+    from _gate_helpers import stub_docker
+
+    from validate.phases import docker_state
+
+    argv = stub_docker(tmp_path, monkeypatch, 'echo "2 2026-12-05T22:40:01.123456789Z"')
+    got = asyncio.run(docker_state("sglang"))
+    assert got == {"docker_restart_count": 2, "docker_started_at": "2026-12-05T22:40:01.123456789Z"}
+    assert argv.read_text().splitlines() == ["inspect", "--format", "{{.RestartCount}} {{.State.StartedAt}}", "sglang"]
+    stub_docker(tmp_path, monkeypatch, 'echo "Error: No such object: sglang" >&2; exit 1')
+    assert asyncio.run(docker_state("sglang")) == {
+        "docker_error": "docker inspect sglang: Error: No such object: sglang"
+    }
+    stub_docker(tmp_path, monkeypatch, 'echo "<no value> "')
+    assert asyncio.run(docker_state("sglang")) == {"docker_restart_count": "<no", "docker_started_at": "value>"}
+    stub_docker(tmp_path, monkeypatch, "sleep 5")
+    slow = asyncio.run(docker_state("sglang", timeout_s=0.3))
+    assert slow == {"docker_error": "docker inspect sglang: TimeoutError: "}
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    gone = asyncio.run(docker_state("x" * 300))
+    assert gone["docker_error"].startswith("docker inspect " + "x" * 100) and len(gone["docker_error"]) == 200
