@@ -101,7 +101,8 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         assert summary["unreachable"] == ["u-h2"], summary
         assert summary["not_reached"] == ["u-h4"], summary  # stopped before the next batch
         h2 = json.loads((run1 / "hosts" / "u-h2.json").read_text())
-        assert h2["outcome"] == "unreachable" and h2["stage"] == "image", h2
+        # the host lock (taken at the gpu_host stage) is the first thing its rollout asks of the host
+        assert h2["outcome"] == "unreachable" and h2["stage"] == "gpu_host", h2
         assert "The next run finishes this host first" in h2["messages"][0]
         assert _running("u-h1") and _running("u-h3") and not _running("u-h4")
         assert "u-h2 became unreachable" in (run1 / "rollout-summary.md").read_text()
@@ -134,7 +135,8 @@ def test_a_batch_lost_whole_is_still_named_in_the_summary(tmp_path):
         assert summary["unreachable"] == ["u-h2"] and summary["finished"] is False, summary
         assert summary["not_reached"] == ["u-h3", "u-h4"] and summary["unchanged"] + summary["moved"] == ["u-h1"]
         h2 = json.loads((run_dir / "hosts" / "u-h2.json").read_text())
-        assert h2["outcome"] == "unreachable" and h2["stage"] == "image" and h2["failure"] == "unreachable during image"
+        assert h2["outcome"] == "unreachable" and h2["stage"] == "gpu_host"
+        assert h2["failure"] == "unreachable during gpu_host"
         assert h2["failed_task"] and "The next run finishes this host first" in h2["messages"][0]
         md = (run_dir / "rollout-summary.md").read_text()
         assert "**Stopped**: u-h2 became unreachable" in md and "UNREACHABLE during image" in md

@@ -701,3 +701,99 @@ def test_the_single_stream_and_warm_up_checks_whole():
         "FAILED 2 of 3 warm-up requests failed (http_error): sampling kernel missing",
         "<=",
     )
+
+
+def test_the_probe_checks_whole():
+    from validate.phases import ProbeResult
+
+    cfg = parse_config(
+        {
+            "answers": {
+                "probes": [
+                    {"prompt": "What is the capital of France?", "expect": "Paris"},
+                    {"prompt": "2+2=", "expect_regex": r"\b4\b"},
+                    {"prompt": "Name a colour", "expect_regex": "blue|red"},
+                ]
+            }
+        }
+    )
+    down = _bad("http_error", "HTTP 500")
+    long = "The capital of France is Paris.\n" + "x" * 200
+    four = RequestResult(success=True, output_len=3, text_chars=6)
+    four.text = "it is 4"
+    grey = RequestResult(success=True, output_len=1, text_chars=4)
+    grey.text = "grey"
+    paris = RequestResult(success=True, output_len=40, text_chars=len(long))
+    paris.text = long
+    got = judge.probes(
+        [
+            ProbeResult(1, "What is the capital of France?", down),
+            ProbeResult(2, "2+2=", four),
+            ProbeResult(3, "Name a colour", grey),
+            ProbeResult(1, "What is the capital of France?", paris),
+        ],
+        cfg,
+    )
+    shown = long[:120].replace("\n", " ")
+    assert got == [
+        judge.Check(
+            "answers.probe_1",
+            False,
+            "http_error",
+            "contains 'Paris'",
+            "",
+            "FAILED probe 1: request failed (http_error): HTTP 500",
+        ),
+        judge.Check(
+            "answers.probe_2",
+            True,
+            "it is 4",
+            r"matches /\b4\b/",
+            "",
+            r"probe 2 ('2+2='): the answer matches /\b4\b/: 'it is 4'",
+        ),
+        judge.Check(
+            "answers.probe_3",
+            False,
+            "grey",
+            "matches /blue|red/",
+            "",
+            "FAILED probe 3 ('Name a colour'): the answer does not matches /blue|red/: 'grey'",
+        ),
+        judge.Check(
+            "answers.probe_1",
+            True,
+            shown,
+            "contains 'Paris'",
+            "",
+            f"probe 1 ('What is the capital of France?'): the answer contains 'Paris': {shown!r}",
+        ),
+    ]
+
+
+def test_throughput_checks_name_what_each_measured_and_skip_latencies_of_nothing():
+    cfg = parse_config(
+        {
+            "throughput": {
+                "min_output_tok_s": 10,
+                "max_p99_e2e_ms": 5000,
+                "max_mean_e2e_ms": 5000,
+                "max_failed": 8,
+                "max_spread": 0.5,
+            }
+        }
+    )
+    one = Throughput([_run(1, 1.0)], 30.0)  # a single run: no "(median of ...)"
+    c = {x.name: x for x in judge.throughput(one, cfg)}
+    assert (
+        c["throughput.output_tok_s"].message == "FAILED output token throughput: 4 tok/s (required at least 10.0 tok/s)"
+    )
+    assert c["throughput.p99_e2e_ms"].message == "p99 E2E latency: 1,000.0 ms (required at most 5,000.0 ms)"
+    two = Throughput([_run(1, 1.0), _run(1, 1.0)], 30.0)
+    c2 = {x.name: x for x in judge.throughput(two, cfg)}
+    assert c2["throughput.p99_e2e_ms"].message.startswith("p99 E2E latency (median of 2 runs): 1,000.0 ms")
+    nothing = _run(0, 1.0, [_bad("abort")])
+    nothing.timed_out = True
+    c0 = {x.name: x for x in judge.throughput(Throughput([nothing], 30.0), cfg)}
+    assert c0["throughput.p99_e2e_ms"].measured is None and c0["throughput.mean_e2e_ms"].measured is None
+    assert "(1 not finished within the 30s deadline or failed)" in c0["throughput.failed_requests"].message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 from _gate_helpers import serve_app
@@ -110,3 +111,65 @@ def test_docker_state_reads_the_restart_count_and_start_time(tmp_path, monkeypat
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     gone = asyncio.run(docker_state("x" * 300))
     assert gone["docker_error"].startswith("docker inspect " + "x" * 100) and len(gone["docker_error"]) == 200
+
+
+CHAT = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03" / "chat_completions.sse"
+).read_bytes()  # real SGLang 0.5.17 bytes: 12 tokens of "Count from 1 to 100"
+
+
+@pytest.fixture
+def chat():
+    """/v1/chat/completions answering the recorded stream (or stalling, when told); records bodies."""
+    state = {"bodies": [], "stall": False}
+    loop = asyncio.new_event_loop()
+
+    async def completions(request):
+        state["bodies"].append(await request.json())
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        if state["stall"]:
+            await asyncio.sleep(30)
+        await resp.write(CHAT)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    _, base = serve_app(loop, app)
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    yield base, state
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+
+
+def test_the_single_stream_asks_the_deployed_model_the_configured_prompt(chat):
+    url, state = chat
+    said: list[str] = []
+    cfg = {"single_stream": {"prompt": "Count from 1 to 100", "max_tokens": 12, "repeats": 2, "timeout_s": 5}}
+    ss = _with(url, lambda mm: mm.single_stream("random-llama-0.9b"), cfg, said)
+    assert [r.output_len for r in ss.requests] == [12, 12] and ss.timeout_s == 5
+    assert [(b["model"], b["messages"], b["max_tokens"], b["stream"]) for b in state["bodies"]] == [
+        ("random-llama-0.9b", [{"role": "user", "content": "Count from 1 to 100"}], 12, True)
+    ] * 2
+    assert said[0] == "single stream: 'Count from 1 to 100', max_tokens 12 (/v1/chat/completions) x 2"
+    r = ss.request
+    assert said[-1] == (
+        f"single stream: 12 tokens in {r.latency:.1f}s, TTFT {r.ttft * 1000:.0f} ms, "
+        f"decode {ss.decode_tok_s:.1f} tok/s (median of 2)"
+    )
+
+
+def test_a_single_stream_that_stalls_is_a_timeout_and_ends_the_repeats(chat):
+    url, state = chat
+    state["stall"] = True
+    said: list[str] = []
+    cfg = {"single_stream": {"repeats": 3, "timeout_s": 0.5}, "progress_interval_s": 0.2}
+    ss = _with(url, lambda mm: mm.single_stream("m"), cfg, said)
+    assert len(ss.requests) == 1  # a failed repeat ends the repeats
+    assert (ss.request.failure, ss.request.error) == (
+        "timeout",
+        "no complete answer within single_stream.timeout_s = 0.5s",
+    )
+    assert "single stream: waiting for the answer (deadline 0.5s): 0s elapsed" in said
+    assert not any(line.startswith("single stream: 0 tokens") for line in said)
