@@ -172,3 +172,24 @@ def test_the_throughput_phase_says_what_it_runs_and_repeats_while_runs_disagree(
     )
     assert len(tp.runs) == 2
     assert said[0] == "throughput run 1/1: 4 prompts x 8 in / 5 out tokens, 50 req/s, streaming /generate"
+
+
+def test_a_stability_step_sends_its_requests_at_its_concurrency_and_probes_health(engine_factory):
+    from validate.config import parse_config
+    from validate.phases import Measurer
+
+    eng = engine_factory(*FAST)
+    said: list[str] = []
+    cfg = parse_config({"stability": {"requests_per_step": 6, "input_len": 16, "output_len": 8, "step_timeout_s": 30}})
+
+    async def go():
+        async with make_session() as s:
+            return await Measurer(s, eng.url, cfg, said.append).stability_step(2, 3, 3, None)
+
+    st = asyncio.run(go())
+    assert (st.step, st.of, st.concurrency, st.requests) == (2, 3, 3, 6)
+    m = st.load.metrics
+    assert (m.completed, m.total_input, m.total_output) == (6, 96, 48)
+    assert st.health.healthy and st.health.when == "after stability step 2/3 (concurrency 3)"
+    assert said[0] == "stability step 2/3 (concurrency 3): 6 requests, 16/8 tokens"
+    assert st.load.deadline_s == 30
