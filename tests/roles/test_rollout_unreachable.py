@@ -139,8 +139,8 @@ def test_a_batch_lost_whole_is_still_named_in_the_summary(tmp_path):
         assert h2["failure"] == "unreachable during gpu_host"
         assert h2["failed_task"] and "The next run finishes this host first" in h2["messages"][0]
         md = (run_dir / "rollout-summary.md").read_text()
-        assert "**Stopped**: u-h2 became unreachable" in md and "UNREACHABLE during image" in md
-        assert "ROLLOUT STOPPED: u-h2 became unreachable during image" in log
+        assert "**Stopped**: u-h2 became unreachable" in md and "UNREACHABLE during gpu_host" in md
+        assert "ROLLOUT STOPPED: u-h2 became unreachable during gpu_host" in log
         assert _running("u-h1") and not _running("u-h3")
     finally:
         _cleanup()
