@@ -173,3 +173,29 @@ def test_a_single_stream_that_stalls_is_a_timeout_and_ends_the_repeats(chat):
     )
     assert "single stream: waiting for the answer (deadline 0.5s): 0s elapsed" in said
     assert not any(line.startswith("single stream: 0 tokens") for line in said)
+
+
+PROBES = {
+    "answers": {
+        "probes": [
+            {"prompt": "Count from 1 to 100", "expect": "1", "max_tokens": 12},
+            {"prompt": "Say hi", "expect_regex": "hi", "max_tokens": 5},
+        ]
+    }
+}
+
+
+def test_probes_ask_each_prompt_of_the_deployed_model_and_stop_on_a_stall(chat):
+    url, state = chat
+    got = _with(url, lambda mm: mm.probes("random-llama-0.9b"), {**PROBES, "single_stream": {"timeout_s": 5}})
+    assert [(p.index, p.prompt, p.request.success, p.request.failure) for p in got] == [
+        (1, "Count from 1 to 100", True, ""),
+        (2, "Say hi", False, "overlong"),  # the stub streams its 12 recorded tokens whatever was asked
+    ]
+    assert [(b["model"], b["messages"][0]["content"], b["max_tokens"]) for b in state["bodies"]] == [
+        ("random-llama-0.9b", "Count from 1 to 100", 12),
+        ("random-llama-0.9b", "Say hi", 5),
+    ]
+    state["stall"] = True
+    stalled = _with(url, lambda mm: mm.probes("m"), {**PROBES, "single_stream": {"timeout_s": 0.3}})
+    assert [(p.index, p.request.failure) for p in stalled] == [(1, "timeout")]  # the second would only wait again
