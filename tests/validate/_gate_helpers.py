@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,21 @@ def serve_app(loop: Any, app: Any) -> tuple[Any, str]:
     loop.run_until_complete(site.start())
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def app_in_thread(app: Any) -> Iterator[str]:
+    """A stub aiohttp ``app`` served from its own event loop in a daemon thread, for tests whose client
+    runs ``asyncio.run`` in the test's thread; yields the base URL and stops the loop after."""
+    import asyncio
+    import threading
+
+    loop = asyncio.new_event_loop()
+    _, base = serve_app(loop, app)
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        yield base
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(5)

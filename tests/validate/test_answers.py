@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _gate_helpers import serve_app
+from _gate_helpers import app_in_thread
 
 from validate.answers import AnswerRule, degenerate, longest_run, reference_prompts
 from validate.metrics import Spread
@@ -296,12 +296,10 @@ def test_the_reference_verdict_reads_as_figures():
 def stub():
     """A loopback HTTP server whose /generate answers what the test sets (status, body); records bodies."""
     import asyncio
-    import threading
 
     from aiohttp import web
 
     state = {"answers": [], "bodies": [], "content_types": []}
-    loop = asyncio.new_event_loop()
 
     async def generate(request):
         state["bodies"].append(await request.json())
@@ -313,12 +311,8 @@ def stub():
 
     app = web.Application()
     app.router.add_post("/generate", generate)
-    _, base = serve_app(loop, app)
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield base, state
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
+    with app_in_thread(app) as base:
+        yield base, state
 
 
 def _call(url: str, fn, *args, timeout_s: float = 5):

@@ -4,11 +4,10 @@ returns, values not names."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 import pytest
-from _gate_helpers import serve_app
+from _gate_helpers import app_in_thread
 from aiohttp import web
 
 from validate.client import make_session
@@ -21,7 +20,6 @@ from validate.phases import Measurer, decode_speed
 def stub():
     """/flush_cache and /health answer the status the test sets."""
     state = {"flush": 200, "health": 200}
-    loop = asyncio.new_event_loop()
 
     async def flush(request):
         return web.Response(status=state["flush"], text="")
@@ -32,12 +30,8 @@ def stub():
     app = web.Application()
     app.router.add_route("*", "/flush_cache", flush)
     app.router.add_get("/health", health)
-    _, base = serve_app(loop, app)
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield base, state
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
+    with app_in_thread(app) as base:
+        yield base, state
 
 
 def _with(url: str, fn, cfg: dict | None = None, said: list[str] | None = None):
@@ -122,7 +116,6 @@ CHAT = (
 def chat():
     """/v1/chat/completions answering the recorded stream (or stalling, when told); records bodies."""
     state = {"bodies": [], "stall": False}
-    loop = asyncio.new_event_loop()
 
     async def completions(request):
         state["bodies"].append(await request.json())
@@ -135,12 +128,8 @@ def chat():
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
-    _, base = serve_app(loop, app)
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield base, state
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
+    with app_in_thread(app) as base:
+        yield base, state
 
 
 def test_the_single_stream_asks_the_deployed_model_the_configured_prompt(chat):
