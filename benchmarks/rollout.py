@@ -36,10 +36,10 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from testengine import local_fleet
 from validate.metrics import Spread
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = "local/sglang-test-engine:release-a"
 BASE_PORT = 31500
 
 
@@ -92,27 +92,14 @@ def write_inventory(directory: Path, hosts: int, serial: list[int | str], gate_l
             }
         }
     }
-    local_vars = yaml.safe_load((ROOT / "inventory/local/group_vars/all/main.yml").read_text())
-    local_vars.update(
-        {
-            "sglang_image": IMAGE,
-            "sglang_image_source": "local",
-            "sglang_reports_dir": str(directory / "reports"),
-            # hosts of one batch share this machine's cores: no regression check between them
-            "sglang_gate_config": {
-                **yaml.safe_load((ROOT / "validate/configs/test-engine.yml").read_text()),
-                "baseline": {"tolerance": 0.5},
-            },
-        }
+    # hosts of one batch share this machine's cores: no regression check between them
+    return local_fleet.write_inventory(
+        directory,
+        inventory["all"]["children"]["sglang_servers"]["hosts"],
+        serial,
+        sglang_reports_dir=str(directory / "reports"),
+        sglang_gate_config=local_fleet.gate_config(baseline={"tolerance": 0.5}),
     )
-    for key in ("sglang_image_archive_path", "sglang_image_archive_on_host"):
-        local_vars.pop(key, None)
-    (directory / "group_vars/all").mkdir(parents=True)
-    (directory / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    (directory / "group_vars/all/main.yml").write_text(yaml.safe_dump(local_vars))
-    rollout = {"sglang_rollout_serial": serial, "sglang_rollout_max_fail_percentage": 0}
-    (directory / "group_vars/all/rollout.yml").write_text(yaml.safe_dump(rollout))
-    return directory
 
 
 def cleanup(hosts: int) -> None:

@@ -15,34 +15,23 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
+
+from testengine.local_fleet import write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]
 
 
 def _inventory(tmp: Path) -> Path:
-    inv = tmp / "inventory"
-    (inv / "group_vars" / "all").mkdir(parents=True)
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    (inv / "hosts.yml").write_text(
-        yaml.safe_dump({"all": {"children": {"sglang_servers": {"hosts": {"lk-h1": host}}}}})
-    )
-    local = yaml.safe_load((REPO / "inventory/local/group_vars/all/main.yml").read_text())
-    for key in ("sglang_image_archive_path", "sglang_image_archive_on_host"):
-        local.pop(key, None)
-    local.update(
-        sglang_image="local/sglang-test-engine:release-a",
-        sglang_image_source="local",
+    return write_inventory(
+        tmp / "inventory",
+        {"lk-h1": host},
+        [1],
         sglang_gpu_host_prepare=False,
         sglang_reports_dir=str(tmp / "reports"),
         sglang_server_state_dir=str(tmp / "state"),
-        sglang_gate_config=yaml.safe_load((REPO / "validate/configs/test-engine.yml").read_text()),
     )
-    (inv / "group_vars/all/main.yml").write_text(yaml.safe_dump(local))
-    rollout = {"sglang_rollout_serial": [1], "sglang_rollout_max_fail_percentage": 0}
-    (inv / "group_vars/all/rollout.yml").write_text(yaml.safe_dump(rollout))
-    return inv
 
 
 def _deploy(inv: Path, run_id: str, *extra: str) -> tuple[int, str]:

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
+
+from testengine.local_fleet import gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]  # fmt: skip
@@ -50,20 +51,13 @@ def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None, h
     if h2_gone:  # never reachable, not even by preflight
         hosts["u-h2"].update(ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=1,
                              ansible_ssh_common_args="-o ConnectTimeout=3")  # fmt: skip
-    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sglang_servers": {"hosts": hosts}}}}))
-    local = yaml.safe_load((REPO / "inventory/local/group_vars/all/main.yml").read_text())
-    for key in ("sglang_image_archive_path", "sglang_image_archive_on_host"):
-        local.pop(key, None)
-    local.update(
-        sglang_image="local/sglang-test-engine:release-a",
-        sglang_image_source="local",
+    write_inventory(
+        inv,
+        hosts,
+        serial or [1, 2],
         sglang_reports_dir=str(tmp / "reports"),
-        sglang_gate_config={**yaml.safe_load((REPO / "validate/configs/test-engine.yml").read_text()),
-                            "baseline": {"tolerance": 0.5}},
-    )  # fmt: skip
-    (inv / "group_vars/all/main.yml").write_text(yaml.safe_dump(local))
-    rollout = {"sglang_rollout_serial": serial or [1, 2], "sglang_rollout_max_fail_percentage": 0}
-    (inv / "group_vars/all/rollout.yml").write_text(yaml.safe_dump(rollout))
+        sglang_gate_config=gate_config(baseline={"tolerance": 0.5}),
+    )
     return inv
 
 
