@@ -354,16 +354,21 @@ def stage_cache() -> None:
     save_results()
 
 
-def stage_seed() -> None:
+def stage_seed(starts: int = 3) -> None:
     """One cold start per fleet: the volume the cache stage warmed is archived with the roles' own tool
     (images/sglang/cache_archive.py), seeded into an empty volume, and the server started on that
-    one: its start should take what a warm start takes, not what a cold one does."""
+    one: its start should take what a warm start takes, not what a cold one does.
+
+    ``starts`` pairs, interleaved (warm, then seeded, then warm again ...), so both kinds see the same
+    machine state and their spread is visible; each start's first greedy and first sampled request are
+    timed (a sampler module rebuilt at the first sampled request would show there, not in readiness).
+    Each seeded volume is a fresh extraction at the mount path; the warm one is put back after it."""
     sys.path.insert(0, str(ROOT / "images" / "sglang"))
     import cache_archive
 
     res: dict[str, Any] = RESULTS.setdefault("seed", {})
-    server = Server("serve", "server-seeded.log")
-    warm_volume, key = server.volume, server.spec.get("cache_key") or server.volume.name
+    probe_server = Server("serve", "server-seeded.log")
+    warm_volume, key = probe_server.volume, probe_server.spec.get("cache_key") or probe_server.volume.name
     archive = WORK / "archives" / f"{key}.tar.gz"
     t0 = time.monotonic()
     res["archive"] = cache_archive.create(warm_volume, key, archive)
@@ -373,20 +378,40 @@ def stage_seed() -> None:
     # ninja builds record absolute (resolved) paths, so a copy at another path is rebuilt (seen: a
     # seeded copy next to it took as long as a cold start for the first sampled request).
     aside = warm_volume.with_name(warm_volume.name + ".warm-aside")
-    if aside.exists():
-        shutil.rmtree(aside)
-    warm_volume.rename(aside)
-    t0 = time.monotonic()
-    res["seed"] = cache_archive.seed(archive, key, warm_volume)
-    res["seed_s"] = round(time.monotonic() - t0, 2)
-    res["warm_check"] = cache_archive.warm(warm_volume, key)
-    log(f"archive {res['archive']} in {res['archive_s']} s; seeded in {res['seed_s']} s: {res['warm_check']}")
-    server.start()
-    res["seeded_ready_s"] = server.wait_ready()
-    log(f"seeded start ready in {res['seeded_ready_s']} s")
-    res["seeded"] = first_requests()
-    server.stop()
-    shutil.copy(server.log_path, WORK / "fixtures" / "server_seeded_start.log")
+    res["starts"] = []
+    for i in range(1, starts + 1):
+        for kind in ("warm", "seeded"):
+            row: dict[str, Any] = {"n": i, "kind": kind}
+            if kind == "seeded":
+                if aside.exists():
+                    shutil.rmtree(aside)
+                warm_volume.rename(aside)
+                t0 = time.monotonic()
+                row["seed"] = cache_archive.seed(archive, key, warm_volume)
+                row["seed_s"] = round(time.monotonic() - t0, 2)
+                row["warm_check"] = cache_archive.warm(warm_volume, key)
+            server = Server("serve", f"server-{kind}-{i}.log")
+            server.start()
+            row["ready_s"] = server.wait_ready()
+            row.update(first_requests())
+            server.stop()
+            log(
+                f"{kind} start {i}/{starts}: ready in {row['ready_s']} s, first greedy {row['first_greedy_s']} s, "
+                f"first sampled {row['first_sampled_s']} s"
+                + (f" (seeded in {row['seed_s']} s)" if "seed_s" in row else "")
+            )
+            if kind == "seeded":
+                shutil.copy(server.log_path, WORK / "fixtures" / f"server_seeded_start_{i}.log")
+                shutil.rmtree(warm_volume)
+                aside.rename(warm_volume)
+            res["starts"].append(row)
+            save_results()
+    for kind in ("warm", "seeded"):
+        rows = [r for r in res["starts"] if r["kind"] == kind]
+        for field in ("ready_s", "first_sampled_s"):
+            vals = sorted(r[field] for r in rows)
+            res[f"{kind}_{field}"] = {"min": vals[0], "median": vals[len(vals) // 2], "max": vals[-1]}
+    log(f"warm vs seeded: {json.dumps({k: v for k, v in res.items() if k.endswith(('_ready_s', '_first_sampled_s'))})}")
     save_results()
 
 
@@ -815,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
     parser.add_argument("--gates", type=int, default=10, help="trust-*: gates in a row per server")
+    parser.add_argument("--starts", type=int, default=3, help="seed: warm and seeded starts each (interleaved)")
     parser.add_argument("--rounds", type=int, default=3, help="gate / bench_serving alternations")
     parser.add_argument("--num-prompts", type=int, default=256, help="compare: prompts per run (reference: 256)")
     args = parser.parse_args(argv)
@@ -828,7 +854,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.monotonic()
             {
                 "cache": stage_cache,
-                "seed": stage_seed,
+                "seed": lambda: stage_seed(args.starts),
                 "compare": lambda: stage_compare(args.rounds, args.num_prompts),
                 "overflow": stage_overflow,
                 "trust-healthy": lambda: stage_trust_healthy(args.gates),

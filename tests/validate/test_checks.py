@@ -12,7 +12,7 @@ from validate import checks as judge
 from validate.config import parse_config
 from validate.load import LoadResult
 from validate.metrics import RequestResult, Spread, compute_metrics
-from validate.phases import Health, Readiness, SingleStream, StabilityStep, Throughput
+from validate.phases import Health, Identity, Readiness, SingleStream, StabilityStep, Throughput, Warmup
 
 
 def _ok(start: float, latency: float, out: int = 4, ttft: float = 0.1) -> RequestResult:
@@ -797,3 +797,142 @@ def test_throughput_checks_name_what_each_measured_and_skip_latencies_of_nothing
     c0 = {x.name: x for x in judge.throughput(Throughput([nothing], 30.0), cfg)}
     assert c0["throughput.p99_e2e_ms"].measured is None and c0["throughput.mean_e2e_ms"].measured is None
     assert "(1 not finished within the 30s deadline or failed)" in c0["throughput.failed_requests"].message
+
+
+def test_the_server_identity_checks_whole():
+    """server.model and server.restarted, each field: what an operator reads when a host serves the
+    wrong model or restarted under the gate (Docker's restart policy hides a crash that way)."""
+    assert judge.model(None, ["glm-5", "alias"]) == judge.Check(
+        "server.model", True, "glm-5, alias", None, "", "serves glm-5, alias (no expected model given: not checked)"
+    )
+    assert judge.model(None, []).message == "serves no name (no expected model given: not checked)"
+    assert judge.model("glm-5", ["other", "glm-5"]) == judge.Check(
+        "server.model",
+        True,
+        "other, glm-5",
+        "glm-5",
+        "",
+        "expected model 'glm-5'; the server names 'other', 'glm-5'",
+        "in",
+    )
+    assert judge.model("glm-5", ["llama"]) == judge.Check(
+        "server.model", False, "llama", "glm-5", "", "FAILED expected model 'glm-5'; the server names 'llama'", "in"
+    )
+    assert judge.model("glm-5", []).message == "FAILED expected model 'glm-5'; the server names nothing"
+    assert not judge.model("glm-5", ["glm-5-nvfp4"]).passed  # a name, not a substring
+
+    a = Identity("before the load", {"pid": 7, "started": "t0"})
+    b = Identity("after the load", {"pid": 7, "started": "t0"})
+    assert judge.restarted([], []) is None and judge.restarted([a], []) is None
+    assert judge.restarted([a, b], []) == judge.Check(
+        "server.restarted",
+        True,
+        "same process",
+        "same process",
+        "",
+        "same server process from 'before the load' to 'after the load' (pid, started)",
+    )
+    assert judge.restarted([Identity("x", {}), Identity("y", {})], []).message == (
+        "same server process from 'x' to 'y' (no facts)"
+    )
+    c = Identity("after the sweep", {"pid": 9, "started": "t1", "container": "abc"})
+    assert judge.restarted([a, b, c], []) == judge.Check(
+        "server.restarted",
+        False,
+        "restarted",
+        "same process",
+        "",
+        "FAILED the server restarted between 'after the load' and 'after the sweep': "
+        "container None -> 'abc'; pid 7 -> 9; started 't0' -> 't1'",
+    )
+    # A docker error is no restart, and an empty read (the server did not answer) changes nothing.
+    d1 = Identity("one", {"pid": 7, "docker_error": "no such container"})
+    d2 = Identity("two", {"pid": 7, "docker_error": "permission denied"})
+    assert judge.restarted([d1, d2, Identity("three", {})], []).passed
+    assert not judge.restarted([Identity("one", {}), Identity("two", {"pid": 7})], []).passed
+    banner = judge.restarted([a, b], ["line 12: server_args=...", "line 40: server_args=..."])
+    assert banner == judge.Check(
+        "server.restarted",
+        False,
+        "restarted",
+        "same process",
+        "",
+        "FAILED the server restarted during the gate: its log shows a new start: "
+        "line 12: server_args=...; line 40: server_args=...",
+    )
+    long = judge.restarted([], ["x" * 2000])
+    assert long is not None and len(long.message) == 1000 and long.message.endswith("x")
+    flip = [Identity(f"read {i}", {"pid": i, "blob": "y" * 600}) for i in range(2)]
+    assert len(judge.restarted(flip, []).message) <= 1000
+
+
+def test_the_health_and_sampler_checks_whole():
+    assert judge.health("x", Health("after", True, "", 5)) is None
+    assert judge.health("throughput", Health("after the throughput phase", False, "no answer within 5s", 5)) == (
+        judge.Check(
+            "throughput.server_healthy_after",
+            False,
+            "unhealthy",
+            "healthy",
+            "",
+            "FAILED /health after the throughput phase: no answer within 5s (stability.health_timeout_s = 5s): "
+            "the server died or is wedged",
+        )
+    )
+    assert judge.health_latency([], 2.0) is None
+    assert judge.health_latency([Health("a", False, "refused", 5, 9.0)], 2.0) is None
+    seen = [
+        Health("after ready", True, "", 30, 0.5),
+        Health("after the load", True, "", 30, 2.5),
+        Health("after the sweep", False, "timeout", 30, 30.0),  # unanswered: health's own check
+        Health("after the stability step", True, "", 30, 1.25),
+    ]
+    assert judge.health_latency(seen, 2.0) == judge.Check(
+        "server.health_latency",
+        False,
+        2.5,
+        2.0,
+        "s",
+        "FAILED slowest /health answer 2.50s (after the load; allowed 2s: max_health_latency_s)",
+        "<=",
+    )
+    assert judge.health_latency(seen, 2.5) == judge.Check(
+        "server.health_latency",
+        True,
+        2.5,
+        2.5,
+        "s",
+        "slowest /health answer 2.50s (after the load; allowed 2.5s: max_health_latency_s)",
+        "<=",
+    )
+    assert judge.sampler_warmup(Warmup(_ok(0, 1.0), 1.5)) == judge.Check(
+        "sampler_warmup.request", True, 1.5, None, "s", "sampled warm-up answered in 1.5s"
+    )
+    assert judge.sampler_warmup(Warmup(_bad("http_error", "HTTP 500: no sampling kernel"), 0.2)) == judge.Check(
+        "sampler_warmup.request",
+        False,
+        "http_error",
+        "success",
+        "",
+        "FAILED the sampled warm-up request failed (http_error): HTTP 500: no sampling kernel",
+    )
+
+
+def test_the_output_check_takes_nan_finishes_among_failed_streams():
+    nan = RequestResult(prompt_len=3, output_len=2, finish_reason={"type": "abort", "matched": "NaN happened"})
+    nan.fail("nan", "NaN in logits")
+    aborted = _bad("abort")  # ended badly, but not a decode result: not counted
+    assert judge.output([aborted]) is None
+    assert judge.output([nan, aborted, _ok(0, 1)]) == judge.Check(
+        "output.empty_or_nan",
+        False,
+        1,
+        0,
+        "requests",
+        "FAILED 1 of 2 finished requests returned empty text or NaN; "
+        "e.g. finish_reason {'type': 'abort', 'matched': 'NaN happened'}",
+        "<=",
+    )
+    short = _ok(0, 1)
+    short.fail("short", "3 of 8 tokens")
+    assert judge.output([short]).message == "0 of 1 finished requests returned empty text or NaN"

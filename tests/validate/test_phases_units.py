@@ -4,6 +4,7 @@ returns, values not names."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,286 @@ def test_probes_ask_each_prompt_of_the_deployed_model_and_stop_on_a_stall(chat):
     state["stall"] = True
     stalled = _with(url, lambda mm: mm.probes("m"), {**PROBES, "single_stream": {"timeout_s": 0.3}})
     assert [(p.index, p.request.failure) for p in stalled] == [(1, "timeout")]  # the second would only wait again
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03"
+SERVER_INFO = json.loads((FIXTURES / "get_server_info.json").read_text())  # real SGLang 0.5.17
+MODEL_INFO = json.loads((FIXTURES / "get_model_info.json").read_text())
+MODELS = json.loads((FIXTURES / "v1_models.json").read_text())
+
+
+@pytest.fixture
+def info():
+    """SGLang's info endpoints answering the recorded bytes; each path's status and body settable,
+    and how often each was asked counted (readiness turns ready when ``ready_after`` is reached)."""
+    state = {
+        "status": {},
+        "body": {
+            "/get_server_info": SERVER_INFO,
+            "/server_info": SERVER_INFO,
+            "/get_model_info": MODEL_INFO,
+            "/model_info": MODEL_INFO,
+            "/v1/models": MODELS,
+        },
+        "asked": {},
+        "ready_after": 0,
+    }
+
+    async def answer(request):
+        path = request.path
+        state["asked"][path] = state["asked"].get(path, 0) + 1
+        if path == "/health" and state["asked"][path] <= state["ready_after"]:
+            return web.Response(status=503, text="starting")
+        status = state["status"].get(path, 200)
+        body = state["body"].get(path)
+        if status != 200:
+            return web.Response(status=status, text="nope")
+        return web.json_response(body) if body is not None else web.Response(text="")
+
+    app = web.Application()
+    for path in ("/health", "/health_generate", *state["body"]):
+        app.router.add_get(path, answer)
+    with app_in_thread(app) as base:
+        yield base, state
+
+
+def test_readiness_waits_for_health_then_a_generation_and_says_so(info):
+    url, state = info
+    said: list[str] = []
+    r = _with(url, lambda mm: mm.readiness(), {"readiness": {"timeout_s": 5, "interval_s": 0.05}}, said)
+    assert r.ready and r.last_error == "" and 0 <= r.seconds < 1
+    assert said == [f"ready after {r.seconds:.1f}s (/health and /health_generate answered 200)"]
+    assert state["asked"] == {"/health": 1, "/health_generate": 1}
+
+    state["asked"].clear()
+    state["ready_after"] = 3  # three 503s first, then ready
+    said.clear()
+    r = _with(url, lambda mm: mm.readiness(), {"readiness": {"timeout_s": 5, "interval_s": 0.1}}, said)
+    assert r.ready and 0.25 <= r.seconds < 2 and state["asked"] == {"/health": 4, "/health_generate": 1}
+    assert said[0] == f"waiting for {url}/health: 0s of 5s (last: /health: HTTP 503)"
+    assert said[-1].startswith("ready after ")
+
+
+def test_readiness_gives_up_at_its_deadline_naming_what_failed_last(info):
+    url, state = info
+    state["status"]["/health_generate"] = 503  # /health answers, a generation does not
+    said: list[str] = []
+    r = _with(url, lambda mm: mm.readiness(), {"readiness": {"timeout_s": 0.6, "interval_s": 0.25}}, said)
+    assert (r.ready, r.seconds, r.last_error) == (False, 0.6, "/health_generate: HTTP 503")
+    assert said[0] == f"waiting for {url}/health: 0s of 0.6s (last: /health_generate: HTTP 503)"
+    assert 2 <= len(said) <= 3 and state["asked"]["/health"] in (3, 4)  # every interval_s, notes as often
+    gone = _with("http://127.0.0.1:9", lambda mm: mm.readiness(), {"readiness": {"timeout_s": 0.3, "interval_s": 0.1}})
+    assert not gone.ready and gone.last_error.startswith("/health: cannot connect: ClientConnectorError")
+
+
+def test_server_info_summarizes_sglangs_real_answers(info):
+    url, state = info
+    state["body"]["/get_server_info"] = {**SERVER_INFO, "api_key": "sk-secret", "stream_interval": 4}
+    mm_box = {}
+
+    async def go(mm):
+        mm_box["mm"] = mm
+        return await mm.server_info()
+
+    si = _with(url, go)
+    assert si.summary["engine"] == "sglang" and si.summary["version"] == "0.5.17"
+    assert si.summary["source"] == "/get_server_info" and si.summary["tp_size"] == 1
+    assert si.model == "random-llama-0.9b" and si.note == ""
+    assert si.names == ["random-llama-0.9b", "/models/random-llama-0.9b"]
+    assert si.raw["api_key"] == "***redacted***" and si.raw["model_path"] == "/models/random-llama-0.9b"
+    assert mm_box["mm"].stream_interval == 4
+    assert state["asked"] == {"/get_server_info": 1, "/get_model_info": 1, "/v1/models": 1}
+
+    for bad in (0, "2", None):
+        state["body"]["/get_server_info"] = {**SERVER_INFO, "stream_interval": bad}
+        _with(url, go)
+        assert mm_box["mm"].stream_interval == 1
+
+
+def test_server_info_falls_back_to_older_paths_and_says_what_it_could_not_read(info):
+    url, state = info
+    state["status"]["/get_server_info"] = 404  # releases before the get_ prefix
+    state["status"]["/get_model_info"] = 404
+    state["body"]["/model_info"] = {"model_path": "/models/glm-5", "served_model_name": "glm-5"}
+    state["body"]["/server_info"] = {"version": "0.5.9", "tp_size": 8}
+    state["body"]["/v1/models"] = {"data": [{"id": "glm-5"}, {"id": "glm-5-alias"}]}
+    si = _with(url, lambda mm: mm.server_info())
+    assert si.summary["version"] == "0.5.9" and si.summary["tp_size"] == 8
+    assert si.summary["model_path"] == "/models/glm-5"  # from the model info
+    assert si.model == "glm-5" and si.names == ["glm-5", "/models/glm-5", "glm-5-alias"]
+
+    for path in ("/get_server_info", "/server_info", "/get_model_info", "/model_info", "/v1/models"):
+        state["status"][path] = 500
+    si = _with(url, lambda mm: mm.server_info())
+    assert si.summary["source"] == "unavailable" and si.summary["engine"] == "unknown"
+    assert (si.raw, si.model, si.names, si.note) == (None, "default", [], "")
+    state["status"].clear()
+    state["body"]["/get_server_info"] = state["body"]["/server_info"] = ["not", "an", "object"]
+    state["body"]["/get_model_info"] = "text"  # not an object: the older path is asked
+    si = _with(url, lambda mm: mm.server_info())
+    assert si.summary["source"] == "unavailable" and si.names == ["glm-5", "/models/glm-5", "glm-5-alias"]
+    assert state["asked"]["/model_info"] == 3
+
+
+def test_a_huge_server_info_keeps_only_its_summary(info):
+    url, state = info
+    keys = {f"k{i:04d}": "x" * 200 for i in range(1500)}
+    state["body"]["/get_server_info"] = {**SERVER_INFO, **keys}
+    si = _with(url, lambda mm: mm.server_info())
+    size = len(json.dumps({**SERVER_INFO, **keys}, default=str))
+    assert size > 256 * 1024
+    assert si.raw == {"truncated": True, "bytes": size, "keys": sorted({**SERVER_INFO, **keys})[:200]}
+    assert si.note == f"raw server info was {size:,} bytes (cap 262,144): only its summary is kept"
+    assert si.summary["version"] == "0.5.17"
+
+
+def test_identity_is_the_start_dependent_facts_and_the_containers_state(info, tmp_path, monkeypatch):
+    from _gate_helpers import stub_docker
+
+    url, state = info
+    ident = _with(url, lambda mm: mm.identity("before the load"))
+    assert ident.when == "before the load" and ident.error == ""
+    assert ident.facts == {"random_seed": 442534694, "startup_time": SERVER_INFO["startup_time"]}
+
+    stub_docker(tmp_path, monkeypatch, 'echo "1 2026-12-06T03:00:00Z"')
+
+    async def with_container():
+        async with make_session() as s:
+            return await Measurer(s, url, parse_config({}), [].append, container="sglang").identity("after")
+
+    assert asyncio.run(with_container()).facts == {
+        "random_seed": 442534694,
+        "startup_time": SERVER_INFO["startup_time"],
+        "docker_restart_count": 1,
+        "docker_started_at": "2026-12-06T03:00:00Z",
+    }
+    state["status"]["/get_server_info"] = 502
+    state["status"]["/server_info"] = 404
+    ident = _with(url, lambda mm: mm.identity("after the sweep"))
+    assert ident.facts == {} and ident.error == "server info: HTTP 404 Not Found: nope"
+    state["status"].clear()
+    state["body"]["/get_server_info"] = state["body"]["/server_info"] = [1, 2]
+    assert _with(url, lambda mm: mm.identity("x")).error == "server info: not a JSON object"
+
+
+FAST = ("--engine-decode-base-ms", "1", "--engine-decode-per-req-ms", "0")  # the TEST ENGINE, not SGLang
+
+
+@pytest.fixture
+def generate():
+    """/generate that records each body and answers HTTP 500 or stalls, as the test says."""
+    state = {"bodies": [], "stall": False}
+
+    async def gen(request):
+        state["bodies"].append(json.loads(await request.read()))
+        if state["stall"]:
+            await asyncio.sleep(5)
+        return web.Response(status=500, text="no sampling kernel for sm_120")
+
+    app = web.Application()
+    app.router.add_post("/generate", gen)
+    with app_in_thread(app) as base:
+        yield base, state
+
+
+def test_the_sampler_warm_up_sends_productions_sampling_and_keeps_a_failure(generate):
+    url, state = generate
+    said: list[str] = []
+    w = _with(url, lambda mm: mm.sampler_warmup(), {"sampling": {"temperature": 0.6, "top_p": 0.8, "top_k": 20}}, said)
+    assert state["bodies"] == [
+        {
+            "input_ids": [1, 2, 3, 4],
+            "sampling_params": {"temperature": 0.6, "top_p": 0.8, "top_k": 20, "max_new_tokens": 4, "ignore_eos": True},
+            "stream": True,
+        }
+    ]
+    assert (w.request.success, w.request.failure) == (False, "http_error")
+    assert w.request.error == "HTTP 500 Internal Server Error: no sampling kernel for sm_120"
+    assert said == [f"sampler warm-up request: http_error: {w.request.error} after {w.seconds:.1f}s"]
+    # greedy production (temperature 0) still warms the sampler: it is the sampler's first request
+    _with(url, lambda mm: mm.sampler_warmup(), {"sampling": {"temperature": 0}})
+    assert state["bodies"][-1]["sampling_params"]["temperature"] == 0.7
+    state["stall"] = True
+    said.clear()
+    w = _with(url, lambda mm: mm.sampler_warmup(), {"single_stream": {"timeout_s": 0.3}}, said)
+    assert (w.request.failure, w.request.error) == (
+        "timeout",
+        "no complete answer within single_stream.timeout_s = 0.3s",
+    )
+    assert 0.3 <= w.seconds < 2 and said == [
+        f"sampler warm-up request: timeout: {w.request.error} after {w.seconds:.1f}s"
+    ]
+
+
+def test_an_answered_sampler_warm_up_is_quiet(engine_factory):
+    eng = engine_factory(*FAST)
+    said: list[str] = []
+    w = _with(eng.url, lambda mm: mm.sampler_warmup(), None, said)
+    assert w.request.success and w.request.output_len == 4 and 0 < w.seconds < 10 and said == []
+
+
+def test_the_throughput_phase_repeats_until_the_runs_agree_and_says_each_run(engine_factory):
+    eng = engine_factory(*FAST)
+    cfg = {
+        "throughput": {"num_prompts": 6, "input_len": 16, "output_len": 5, "repeats": 2, "max_repeats": 3},
+        "progress_interval_s": 60,
+    }
+    said: list[str] = []
+    asked: list[int] = []
+
+    def never_stable(runs):
+        asked.append(len(runs))
+        return False
+
+    tp = _with(eng.url, lambda mm: mm.throughput(None, never_stable), cfg, said)
+    assert len(tp.runs) == 3 and asked == [
+        2
+    ]  # asked after the repeats; max_repeats ends it and tp.flushes == ["ok", "ok", "ok"]
+    assert [len(r.warmup) for r in tp.runs] == [1, 0, 0]  # warm-ups before the first run only
+    assert [r.metrics.completed for r in tp.runs] == [6, 6, 6]
+    starts = [s for s in said if "prompts x" in s]
+    assert starts == [
+        "throughput run 1/2: 6 prompts x 16 in / 5 out tokens, all at once, streaming /generate",
+        "throughput run 2/2: 6 prompts x 16 in / 5 out tokens, all at once, streaming /generate",
+        "throughput run 3/3 (more runs: the first disagreed): 6 prompts x 16 in / 5 out tokens, "
+        "all at once, streaming /generate",
+    ]
+    ends = [s for s in said if " ok / " in s]
+    assert [e.split(" in ")[0] for e in ends] == [
+        "throughput run 1/2: 6 ok / 0 failed",
+        "throughput run 2/2: 6 ok / 0 failed",
+        "throughput run 3/3: 6 ok / 0 failed",
+    ]
+    m = tp.runs[0].metrics
+    assert ends[0] == (
+        f"throughput run 1/2: 6 ok / 0 failed in {m.duration_s:.1f}s: total {m.total_throughput:,.0f} tok/s, "
+        f"output {m.output_throughput:,.0f} tok/s, p99 TTFT {m.p99_ttft_ms:,.0f} ms, "
+        f"mean E2E {m.mean_e2e_latency_ms:,.0f} ms"
+    )
+
+    said.clear()
+    stable = _with(
+        eng.url,
+        lambda mm: mm.throughput(None, lambda runs: True),
+        {**cfg, "throughput": {**cfg["throughput"], "request_rate": 50, "flush_cache": False}},
+        said,
+    )
+    assert len(stable.runs) == 2 and stable.flushes == []
+    assert said[0] == "throughput run 1/2: 6 prompts x 16 in / 5 out tokens, 50 req/s, streaming /generate"
+
+
+def test_the_throughput_phase_stops_when_nothing_gets_through_or_files_run_short(engine_factory):
+    from validate.limits import FileLimit
+
+    eng = engine_factory(*FAST, "--engine-fault", "error_rate:1")
+    cfg = {"throughput": {"num_prompts": 4, "input_len": 8, "output_len": 4, "repeats": 3, "warmup_requests": 0}}
+    tp = _with(eng.url, lambda mm: mm.throughput(None, lambda runs: True), cfg)
+    assert len(tp.runs) == 1 and tp.runs[0].metrics.completed == 0 and tp.runs[0].metrics.failed == 4
+
+    short = FileLimit(soft=67, hard=67, wanted=68, note="")
+    refused = _with(eng.url, lambda mm: mm.throughput(short, lambda runs: True), cfg)
+    assert refused.runs == [] and refused.refused == short.refusal(4)
+    assert _with(eng.url, lambda mm: mm.throughput(FileLimit(68, 68, 68, ""), lambda r: True), cfg).runs != []
+    # concurrency is the prompts, or max_concurrency when lower
+    capped = {"throughput": {**cfg["throughput"], "max_concurrency": 2}}
+    assert _with(eng.url, lambda mm: mm.throughput(FileLimit(66, 66, 66, ""), lambda r: True), capped).runs != []
