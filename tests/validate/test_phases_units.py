@@ -467,8 +467,112 @@ def test_the_throughput_phase_stops_when_nothing_gets_through_or_files_run_short
 
     short = FileLimit(soft=67, hard=67, wanted=68, note="")
     refused = _with(eng.url, lambda mm: mm.throughput(short, lambda runs: True), cfg)
-    assert refused.runs == [] and refused.refused == short.refusal(4)
+    assert refused.runs == [] and refused.refused == short.refusal(4) and refused.deadline_s == 600
     assert _with(eng.url, lambda mm: mm.throughput(FileLimit(68, 68, 68, ""), lambda r: True), cfg).runs != []
     # concurrency is the prompts, or max_concurrency when lower
     capped = {"throughput": {**cfg["throughput"], "max_concurrency": 2}}
     assert _with(eng.url, lambda mm: mm.throughput(FileLimit(66, 66, 66, ""), lambda r: True), capped).runs != []
+
+
+@pytest.fixture
+def load_calls(monkeypatch):
+    """What the phases hand to run_load (the real one still runs): each call's prompts and settings."""
+    import validate.phases as phases
+
+    calls: list[dict] = []
+    real = phases.run_load
+
+    async def spy(session, url, prompts, output_len, **kw):
+        calls.append({"url": url, "prompts": prompts, "output_len": output_len, **kw})
+        return await real(session, url, prompts, output_len, **kw)
+
+    monkeypatch.setattr(phases, "run_load", spy)
+    return calls
+
+
+def test_the_throughput_runs_send_the_configured_workload_sampling_and_answer_rule(engine_factory, load_calls):
+    from validate.answers import AnswerRule
+    from validate.load import random_ids
+
+    eng = engine_factory(*FAST)
+    cfg = {
+        "throughput": {
+            "num_prompts": 4,
+            "input_len": 8,
+            "output_len": 20,
+            "repeats": 2,
+            "seed": 7,
+            "vocab_size": 500,
+            "request_rate": 40,
+            "max_concurrency": 3,
+            "warmup_requests": 2,
+            "timeout_s": 50,
+        },
+        "sampling": {"temperature": 0.5, "top_p": 0.9, "top_k": 8},
+        "answers": {"min_tokens": 17, "max_repeat_fraction": 0.4},
+        "progress_interval_s": 12,
+    }
+    said: list[str] = []
+    _with(eng.url, lambda mm: mm.throughput(None, lambda runs: True), cfg, said)
+    assert len(load_calls) == 2
+    for k, call in enumerate(load_calls, start=1):
+        progress = call.pop("progress")
+        assert call == {
+            "url": eng.url + "/generate",
+            "prompts": random_ids(4, 8, 500, 7),  # the same prompts in every run
+            "output_len": 20,
+            "label": f"throughput run {k}/2",
+            "deadline_s": 50,
+            "request_rate": 40,
+            "max_concurrency": 3,
+            "warmup_requests": 2 if k == 1 else 0,
+            "seed": 7,
+            "progress_interval_s": 12,
+            "prewarm_url": eng.url + "/v1/models",
+            "sampling": {"temperature": 0.5, "top_p": 0.9, "top_k": 8},
+            "rule": AnswerRule(17, 0.4),
+        }
+        progress("a progress line")
+        assert said[-1] == "a progress line"  # run_load's progress reaches the gate's output
+
+    load_calls.clear()
+    off = {**cfg, "answers": {"enabled": False}}
+    _with(
+        eng.url,
+        lambda mm: mm.stability_step(2, 3, 5, None),
+        {**off, "stability": {"input_len": 9, "output_len": 6, "step_timeout_s": 40}},
+        said,
+    )
+    (call,) = load_calls
+    progress = call.pop("progress")
+    assert call == {
+        "url": eng.url + "/generate",
+        "prompts": random_ids(5, 9, 500, 7 + 2),  # another workload per step, reproducible
+        "output_len": 6,
+        "label": "stability step 2/3 (concurrency 5)",
+        "deadline_s": 40,
+        "max_concurrency": 5,
+        "progress_interval_s": 12,
+        "prewarm_url": eng.url + "/v1/models",
+        "sampling": {"temperature": 0.5, "top_p": 0.9, "top_k": 8},
+        "rule": None,  # answers.enabled: false
+    }
+    progress("step line")
+    assert said[-1] == "step line"
+
+
+def test_a_run_whose_flush_failed_is_measured_anyway_and_says_so(engine_factory):
+    eng = engine_factory(*FAST)
+    said: list[str] = []
+
+    async def go(mm):
+        async def refused() -> str:
+            return "HTTP 404"  # an SGLang older than /flush_cache, or a proxy in front
+
+        mm.flush_cache = refused
+        return await mm.throughput(None, lambda runs: True)
+
+    cfg = {"throughput": {"num_prompts": 2, "input_len": 8, "output_len": 4, "repeats": 1}}
+    tp = _with(eng.url, go, cfg, said)
+    assert tp.flushes == ["HTTP 404"] and tp.runs[0].metrics.completed == 2
+    assert "throughput run 1/1: /flush_cache did not flush (HTTP 404); measuring anyway" in said
