@@ -936,3 +936,13 @@ def test_the_output_check_takes_nan_finishes_among_failed_streams():
     short = _ok(0, 1)
     short.fail("short", "3 of 8 tokens")
     assert judge.output([short]).message == "0 of 1 finished requests returned empty text or NaN"
+
+
+def test_the_report_rounds_a_fast_single_stream_and_counts_failed_warm_ups():
+    speed = 10 / (0.4 - 0.123456)  # a sub-second answer: its E2E rate is still reported
+    d = SingleStream([_lone(0.4)], 60.0).to_dict()
+    assert d["decode_tok_s"] == round(speed, 3) != round(speed, 4)
+    assert d["e2e_tok_s"] == round(11 / 0.4, 3) == 27.5
+    tp = Throughput([_run(2, 1.0)], 30.0)
+    tp.runs[0].warmup = [_ok(0, 1.0), _bad("http_error", "HTTP 500"), _bad("abort")]
+    assert tp.to_dict()["warmup_failed"] == 2

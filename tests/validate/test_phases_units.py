@@ -80,6 +80,7 @@ def test_decode_speed_is_one_over_the_time_per_output_token():
     ok = RequestResult(success=True, output_len=11, ttft=0.5, latency=2.5)
     assert decode_speed(ok) == 5.0  # 10 tokens after the first in 2 s
     assert decode_speed(RequestResult(success=True, output_len=1, ttft=0.5, latency=2.5)) == 0.0
+    assert decode_speed(RequestResult(success=True, output_len=2, ttft=0.5, latency=1.5)) == 1.0
     assert decode_speed(RequestResult(success=True, output_len=11, ttft=0.5, latency=0.5)) == 0.0
     failed = RequestResult(output_len=11, ttft=0.5, latency=2.5)
     assert decode_speed(failed) == 0.0
@@ -100,6 +101,11 @@ def test_docker_state_reads_the_restart_count_and_start_time(tmp_path, monkeypat
     }
     stub_docker(tmp_path, monkeypatch, 'echo "<no value> "')
     assert asyncio.run(docker_state("sglang")) == {"docker_restart_count": "<no", "docker_started_at": "value>"}
+    stub_docker(tmp_path, monkeypatch, r"printf '1 \377\n'")  # not UTF-8: kept, replaced
+    assert asyncio.run(docker_state("sglang")) == {"docker_restart_count": 1, "docker_started_at": "\ufffd"}
+    stub_docker(tmp_path, monkeypatch, "printf 'e%.0s' $(seq 300); exit 1")
+    long = asyncio.run(docker_state("sglang"))["docker_error"]
+    assert long.startswith("docker inspect sglang: eee") and len(long) == 200
     stub_docker(tmp_path, monkeypatch, "sleep 5")
     slow = asyncio.run(docker_state("sglang", timeout_s=0.3))
     assert slow == {"docker_error": "docker inspect sglang: TimeoutError: "}
@@ -405,6 +411,7 @@ def test_an_answered_sampler_warm_up_is_quiet(engine_factory):
     said: list[str] = []
     w = _with(eng.url, lambda mm: mm.sampler_warmup(), None, said)
     assert w.request.success and w.request.output_len == 4 and 0 < w.seconds < 10 and said == []
+    assert w.request.prompt_len == 4 and w.seconds == round(w.seconds, 2)
 
 
 def test_the_throughput_phase_repeats_until_the_runs_agree_and_says_each_run(engine_factory):
@@ -576,3 +583,78 @@ def test_a_run_whose_flush_failed_is_measured_anyway_and_says_so(engine_factory)
     tp = _with(eng.url, go, cfg, said)
     assert tp.flushes == ["HTTP 404"] and tp.runs[0].metrics.completed == 2
     assert "throughput run 1/1: /flush_cache did not flush (HTTP 404); measuring anyway" in said
+
+
+def test_the_measurer_takes_the_answer_rule_and_sampling_from_the_config():
+    from validate.answers import AnswerRule
+
+    async def build(cfg):
+        async with make_session() as s:
+            return Measurer(s, "http://x", parse_config(cfg), [].append)
+
+    mm = asyncio.run(build({"answers": {"min_tokens": 17, "max_repeat_fraction": 0.4}}))
+    assert mm.rule == AnswerRule(17, 0.4) and mm.stream_interval == 1 and mm.container is None
+    assert mm.sampling == {"temperature": 1.0, "top_p": 0.95, "top_k": -1}
+    assert asyncio.run(build({"answers": {"enabled": False}})).rule is None
+
+
+@pytest.fixture
+def stalls():
+    """Every endpoint the small requests use, answering only after 10 s (a wedged server)."""
+
+    async def late(request):
+        await asyncio.sleep(10)
+        return web.json_response({})
+
+    app = web.Application()
+    for path in ("/health", "/health_generate", "/get_server_info", "/server_info", "/get_model_info",
+                 "/model_info", "/v1/models"):  # fmt: skip
+        app.router.add_get(path, late)
+    app.router.add_route("*", "/flush_cache", late)
+    with app_in_thread(app) as base:
+        yield base
+
+
+def test_a_wedged_server_is_given_up_on_at_each_requests_timeout(stalls):
+    import time
+
+    cfg = {"readiness": {"timeout_s": 1.0, "interval_s": 0.2, "request_timeout_s": 0.3}}
+    t0 = time.monotonic()
+    r = _with(stalls, lambda mm: mm.readiness(), cfg)
+    assert (r.ready, r.last_error) == (False, "/health: no answer within 0.3s") and time.monotonic() - t0 < 2
+    t0 = time.monotonic()
+    ident = _with(stalls, lambda mm: mm.identity("after"), cfg)
+    assert (ident.facts, ident.error) == ({}, "server info: no answer within 0.3s")
+    si = _with(stalls, lambda mm: mm.server_info(), cfg)
+    assert si.summary["source"] == "unavailable" and si.model == "default"
+    assert _with(stalls, lambda mm: mm.flush_cache(), cfg) == "TimeoutError: "
+    assert time.monotonic() - t0 < 5  # 2 + 6 + 1 requests of 0.3 s, none of them 10 s
+
+
+def test_readiness_stops_at_its_deadline_not_a_poll_interval_later(info):
+    import time
+
+    url, state = info
+    state["status"]["/health"] = 503
+    t0 = time.monotonic()
+    r = _with(url, lambda mm: mm.readiness(), {"readiness": {"timeout_s": 0.6, "interval_s": 0.5}})
+    took = time.monotonic() - t0
+    assert not r.ready and 0.55 < took < 0.9, took  # polls at 0 and 0.5 s, then gives up at 0.6 s
+
+
+def test_seconds_are_kept_to_the_report_precision(info):
+    url, _ = info
+    h = _with(url, lambda mm: mm.health("now"))
+    assert 0 < h.seconds < 1 and h.seconds == round(h.seconds, 3)
+    r = _with(url, lambda mm: mm.readiness())
+    assert r.seconds == round(r.seconds, 2)
+
+
+def test_server_info_without_model_endpoints_still_names_the_served_model(info):
+    url, state = info
+    state["body"]["/get_model_info"] = state["body"]["/model_info"] = ["not", "an", "object"]
+    state["body"]["/v1/models"] = ["nor", "this"]
+    si = _with(url, lambda mm: mm.server_info())
+    assert si.model == "random-llama-0.9b"  # from the server info's served_model_name
+    assert si.names == ["random-llama-0.9b", "/models/random-llama-0.9b"]
+    assert si.summary["model_path"] == "/models/random-llama-0.9b"
