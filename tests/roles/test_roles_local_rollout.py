@@ -298,6 +298,9 @@ def test_gate_failure_rolls_back_and_keeps_the_caches(env: Env) -> None:
     assert host["messages"], host
     assert summary["rolled_back"] == ["localhost"]
     assert env.key not in run.out
+    # drained before the replacement; back in rotation once the last good config answered /health
+    assert _hooks(env)[-2:] == ["drain localhost", "undrain localhost"]
+    assert not (env.tmp / "state" / f"{env.name}.drained.json").exists()
 
 
 def test_server_that_never_gets_ready_is_rolled_back(env: Env) -> None:
@@ -341,12 +344,24 @@ def _hooks(env: Env) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_run_after_rollback_puts_the_drained_host_back_then_changes_nothing(env: Env) -> None:
-    """The failed runs above left the host drained (rolled back, not undrained). The next run finds it
-    serving its last good config, healthy, and puts it back; the server is not touched; the run
-    after that has nothing to do."""
+def test_run_after_an_interrupted_one_puts_the_drained_host_back_then_changes_nothing(env: Env) -> None:
+    """The rollbacks above put the host back once its last good config answered (last hook: undrain).
+    A run killed after its drain hook leaves the host drained, and says so on the host: that record is
+    written here as the drain (roles/sglang_server/tasks/hook.yml) writes it. The next run finds the host
+    serving its last good config, healthy, and puts it back; the server is not touched; the run after
+    that has nothing to do."""
     marker = env.tmp / "state" / f"{env.name}.drained.json"
-    assert _hooks(env)[-1] == "drain localhost" and json.loads(marker.read_text())["host"] == "localhost"
+    assert _hooks(env)[-1] == "undrain localhost" and not marker.exists()
+    marker.write_text(
+        json.dumps(
+            {
+                "host": "localhost",
+                "run_id": "step-killed",
+                "drained_at": "2026-12-06T03:00:00Z",
+                "reason": "its server is replaced (the container spec changed)",
+            }
+        )
+    )
     before = env.container()
     run = env.deploy()
     assert run.rc == 0, run.out[-6000:]
@@ -355,7 +370,7 @@ def test_run_after_rollback_puts_the_drained_host_back_then_changes_nothing(env:
     assert env.container()["State"]["StartedAt"] == before["State"]["StartedAt"]
     summary = env.summary()
     assert summary["put_back"] == ["localhost"]
-    assert summary["hosts"][0]["put_back"].startswith("drained since run step")
+    assert summary["hosts"][0]["put_back"].startswith("drained since run step-killed, serving its last good config")
     assert "put back in rotation: 1" in run.out
     again = env.deploy()
     assert again.rc == 0 and again.changed() == 0, again.out[-6000:]
