@@ -6,20 +6,28 @@ the ``rollout_record`` and ``rollout_summary`` action plugins (playbooks/action_
 ``rollout_lost`` callback calls the same functions when Ansible itself stops the run; the
 next run's preflight and the tests read what these wrote. Before, the same record was spelt out
 in three task files and a callback, and the copies drifted apart (the lost record had no image ID).
+Every real record is also folded into the fleet state file (state.py), which the next run reads.
 """
 
 from .records import VARIABLES, HostRecord, HostVars, final, in_progress, lost, mark_lost, write_record
+from .state import drained_hosts, finish_run, merge_record, pending_hosts, read_state, state_path
 from .summary import read_records, summarize, write_summary
 
 __all__ = [
     "VARIABLES",
     "HostRecord",
     "HostVars",
+    "drained_hosts",
     "final",
+    "finish_run",
     "in_progress",
     "lost",
     "mark_lost",
+    "merge_record",
+    "pending_hosts",
     "read_records",
+    "read_state",
+    "state_path",
     "summarize",
     "write_record",
     "write_summary",

@@ -27,6 +27,8 @@ VARIABLES = (
     "sglang_server_changed",
     "sglang_server_last_good",
     "sglang_server_put_back",
+    "sglang_server_in_rotation",
+    "sglang_server_drained_why",
     "sglang_gate_result",
     "sglang_rollout_failed",
     "sglang_rollout_failure",
@@ -81,6 +83,8 @@ class HostRecord:
     messages: list[str] = field(default_factory=list)
     rolled_back: bool = False
     put_back: str = ""  # an earlier run's leftover: drained, now back in rotation
+    in_rotation: str = ""  # yes | no (its drain hook ran, no undrain since) | "" (no hook ran this run)
+    drained_why: str = ""
     failure: str = ""
     failed_task: str = ""
     report_dir: str = ""
@@ -92,6 +96,10 @@ class HostRecord:
 
 def _s(v: Any) -> str:
     return "" if v is None else str(v)
+
+
+def _rotation(v: Any) -> str:
+    return "" if v is None else "yes" if bool(v) else "no"
 
 
 def _gate(hv: HostVars) -> Mapping[str, Any]:
@@ -132,6 +140,8 @@ def _base(host: str, run_id: str, check_mode: bool, hv: HostVars, outcome: str) 
         failed_checks=[str(c) for c in gate.get("failed_checks") or []],
         report_dir=_s(gate.get("report_dir")),
         put_back=_s(hv.get("sglang_server_put_back")),
+        in_rotation=_rotation(hv.get("sglang_server_in_rotation")),
+        drained_why=_s(hv.get("sglang_server_drained_why")) if hv.get("sglang_server_in_rotation") is False else "",
         cache=_cache(hv),
     )
 

@@ -33,6 +33,7 @@ def summarize(records: list[dict[str, Any]], all_hosts: list[str], run_id: str, 
         "unchanged": hosts(lambda r: r["outcome"] == "ok" and r["gate"] != "pass"),
         "rolled_back": hosts(lambda r: r.get("rolled_back")),
         "put_back": hosts(lambda r: r.get("put_back")),
+        "left_drained": hosts(lambda r: r.get("in_rotation") == "no"),
         "failed": hosts(lambda r: r["outcome"] == "failed"),
         "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
     }

@@ -2,7 +2,8 @@
 
 Why an action plugin: the record is built from the host's variables as the rollout left them,
 in Python, by the same functions the ``rollout_lost`` callback uses when Ansible stops the run,
-so the three kinds of record (in progress, final, lost) cannot drift apart. It runs on the
+so the three kinds of record (in progress, final, lost) cannot drift apart. Each real record
+is also folded into the fleet state file (rolloutreport/state.py) that the next run reads. It runs on the
 controller only (it writes a file there and touches no host), in check mode too: a ``--check``
 run's records say ``check_mode: true`` and preflight ignores them.
 """
@@ -28,6 +29,9 @@ options:
     type: str
   host: {description: the host the record is of (default the current one), type: str}
   stage: {description: the stage the host enters (O(state=in_progress)), type: str}
+  state_file:
+    description: the fleet state file every real record is folded into (default DIR/../fleet-state.json)
+    type: path
 """
 
 ARGUMENT_SPEC = {
@@ -35,6 +39,7 @@ ARGUMENT_SPEC = {
     "state": {"type": "str", "required": True, "choices": ["in_progress", "final", "lost"]},
     "host": {"type": "str"},
     "stage": {"type": "str"},
+    "state_file": {"type": "path"},
 }
 
 
@@ -59,6 +64,7 @@ class ActionModule(ActionBase):
             record = rolloutreport.lost(host, run_dir.name, check_mode, hv)
         path = rolloutreport.write_record(run_dir, record)
         data = record.to_dict()
+        rolloutreport.merge_record(rolloutreport.state_path(run_dir, args.get("state_file")), data)
         result.update(changed=False, path=str(path), record=data)
         if state == "final":
             result["ansible_facts"] = {"sglang_rollout_record": data}

@@ -22,12 +22,14 @@ options:
   dir: {description: the run's report folder (reports/RUN_ID), required: true, type: path}
   hosts: {description: every host of the run (--limit applies), required: true, type: list, elements: str}
   finished: {description: the last summary of the run, type: bool, default: false}
+  state_file: {description: the fleet state file (default DIR/../fleet-state.json), type: path}
 """
 
 ARGUMENT_SPEC = {
     "dir": {"type": "path", "required": True},
     "hosts": {"type": "list", "elements": "str", "required": True},
     "finished": {"type": "bool", "default": False},
+    "state_file": {"type": "path"},
 }
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "rollout-summary.md.j2"
 
@@ -45,6 +47,9 @@ class ActionModule(ActionBase):
         summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"])
         markdown = render_markdown(self._loader, task_vars, summary)
         rolloutreport.write_summary(run_dir, summary, markdown)
+        if args["finished"]:  # the image in flight has landed when every host moved
+            state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
+            rolloutreport.finish_run(state_file, summary, bool(task_vars.get("ansible_check_mode", False)))
         result.update(changed=False, ansible_facts={"sglang_summary": summary})
         return result
 

@@ -82,7 +82,10 @@ class CallbackModule(CallbackBase):
                 continue  # lost before its first stage (preflight): no record to complete
             if record.get("outcome") != "in progress":
                 continue  # recorded already (the batch survived and the rollout recorded it lost)
-            rolloutreport.write_record(run_dir, rolloutreport.mark_lost(record, task))
+            lost = rolloutreport.mark_lost(record, task)
+            rolloutreport.write_record(run_dir, lost)
+            override = variables.get("sglang_rollout_state_file", "")
+            rolloutreport.merge_record(rolloutreport.state_path(run_dir, templar.template(override)), lost)
             self._rewrite_summary(run_dir, templar, variables)
             self._display.error(
                 f"ROLLOUT STOPPED: {host} became unreachable during {record.get('stage') or '?'} ({task}). "

@@ -61,9 +61,9 @@ def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None, h
     return inv
 
 
-def _deploy(inv: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+def _deploy(inv: Path, run_id: str, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "-e", f"sglang_run_id={run_id}"],
+        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "-e", f"sglang_run_id={run_id}", *more],
         cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
 
@@ -100,8 +100,24 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         assert "The next run finishes this host first" in h2["messages"][0]
         assert _running("u-h1") and _running("u-h3") and not _running("u-h4")
         assert "u-h2 became unreachable" in (run1 / "rollout-summary.md").read_text()
+        state = json.loads((tmp_path / "reports" / "fleet-state.json").read_text())
+        assert [h for h, e in state["hosts"].items() if e["pending_repair"]] == ["u-h2"], state
+        assert state["hosts"]["u-h2"]["run_id"] == "20261203T100000Z" and state["image_in_flight"]["image_id"]
 
-        second = _deploy(_inventory(tmp_path, h2_reachable=True), "20261203T110000Z")
+        # A --check run and a --limit run come in between (an operator looking, a one-host fix):
+        # neither may make the next run forget u-h2 (they wrote newer run folders without it).
+        reachable = _inventory(tmp_path, h2_reachable=True)
+        look = _deploy(reachable, "20261203T103000Z", "--check")
+        assert look.returncode == 0, (look.stdout + look.stderr)[-4000:]
+        assert "Left half-done by an earlier run, finishing first: u-h2." in " ".join(look.stdout.split())
+        fix = _deploy(reachable, "20261203T104000Z", "--limit", "u-h1")
+        assert fix.returncode == 0, fix.stdout[-3000:]
+        said = " ".join(fix.stdout.split())  # the output wraps long messages
+        at = said.find("Left half-done")
+        assert "finishing first: none; outside this run (--limit), staying pending: u-h2." in said, said[at : at + 400]
+        assert json.loads((tmp_path / "reports" / "fleet-state.json").read_text())["hosts"]["u-h2"]["pending_repair"]
+
+        second = _deploy(reachable, "20261203T110000Z")
         log = second.stdout + second.stderr
         assert second.returncode == 0, log[-4000:]
         repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
@@ -112,6 +128,9 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         assert run2["unreachable"] == [] and run2["failed"] == [] and run2["not_reached"] == []
         assert sorted(run2["moved"]) == ["u-h2", "u-h4"], run2
         assert all(_running(h) for h in HOSTS)
+        state = json.loads((tmp_path / "reports" / "fleet-state.json").read_text())
+        assert not any(e["pending_repair"] for e in state["hosts"].values()) and state["image_in_flight"] == {}
+        assert {e["run_id"] for h, e in state["hosts"].items() if h in ("u-h2", "u-h4")} == {"20261203T110000Z"}
     finally:
         _cleanup()
 
