@@ -24,6 +24,7 @@ def _preflight(tmp_path: Path, smi_text: str, *extra: str):
     smi = recorded_nvidia_smi(tmp_path, smi_text)
     return ansible_playbook(
         "-i", str(inv), "playbooks/preflight.yml", "-e", "sglang_gpu_host_prepare=true",
+        "-e", "sglang_gpu_count=1", "-e", "sglang_server_tp_size=1",  # the recorded H200 has one GPU
         "-e", f"gpu_host_nvidia_smi={smi}", "-e", f"sglang_reports_dir={tmp_path / 'reports'}", *extra,
     )  # fmt: skip
 
@@ -74,6 +75,24 @@ def test_an_nvswitch_fabric_that_is_not_up_stops_preflight(tmp_path: Path, state
     run = _preflight(tmp_path, RECORDED.replace(FABRIC_NA, edited))
     flat = " ".join(run.out.split())
     assert "TASK [Stop when the NVSwitch fabric is not up (fabric manager)]" in run.out
+    if needle is None:
+        assert run.rc == 0, flat[-3000:]
+    else:
+        assert run.rc != 0 and needle in flat, flat[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("-e", "sglang_gpu_count=8"), "nvidia-smi sees 1 GPU(s), the profile needs 8 (sglang_gpu_count, the tensor-parallel size)"),  # noqa: E501
+        (("-e", "sglang_gpu_min_memory_gib=141"), "its smallest GPU has 143771 MiB, the profile needs 141 GiB (sglang_gpu_min_memory_gib)"),  # noqa: E501
+        (("-e", "sglang_gpu_min_memory_gib=140"), None),  # the H200's 143,771 MiB are 140.4 GiB
+    ],
+)  # fmt: skip
+def test_fewer_or_smaller_gpus_than_the_profile_stop_preflight(tmp_path: Path, extra: tuple[str, ...], needle) -> None:
+    run = _preflight(tmp_path, RECORDED, *extra)
+    flat = " ".join(run.out.split())
+    assert "TASK [Stop when the host has fewer GPUs, or smaller ones, than its profile needs]" in run.out
     if needle is None:
         assert run.rc == 0, flat[-3000:]
     else:
