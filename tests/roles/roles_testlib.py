@@ -103,11 +103,22 @@ def run_role_tasks(tmp_path: Path, role: str, tasks_from: str, extra_vars: dict[
 RECORDED_SMI_Q = REPO / "tests/fixtures/nvidia-smi-h200-2026-12-02/nvidia-smi-q.txt"
 
 
-def recorded_nvidia_smi(tmp_path: Path, q_text: str | None = None) -> Path:
+def recorded_nvidia_smi(tmp_path: Path, q_text: str | None = None, gpus: int = 1, total_mib: int | None = None) -> Path:
     """An nvidia-smi that answers `-q` with the recorded H200's output (or ``q_text``, an edit of it)
-    and fails on anything else: what preflight asks every GPU host, on a machine without GPUs."""
+    and fails on anything else: what preflight asks every GPU host, on a machine without GPUs.
+
+    ``gpus`` > 1 repeats the recorded GPU's section with other bus IDs, and ``total_mib`` edits each
+    GPU's memory: the shape of an 8-GPU host of a profile's size (inventory/example's profiles need
+    8 GPUs of at least 90 / 170 GiB; the recording is one 140 GiB H200)."""
+    text = RECORDED_SMI_Q.read_text() if q_text is None else q_text
+    if gpus > 1:
+        head, _, gpu = text.partition("GPU 00000000:00:06.0\n")
+        head = re.sub(r"(Attached GPUs\s*:\s*)1", rf"\g<1>{gpus}", head)
+        text = head + "".join(f"GPU 00000000:00:{6 + i:02X}.0\n" + gpu for i in range(gpus))
+    if total_mib is not None:
+        text = re.sub(r"(FB Memory Usage\s*\n\s*Total\s*:\s*)\d+ MiB", rf"\g<1>{total_mib} MiB", text)
     answer = tmp_path / "nvidia-smi-q.txt"
-    answer.write_text(RECORDED_SMI_Q.read_text() if q_text is None else q_text)
+    answer.write_text(text)
     smi = tmp_path / "nvidia-smi"
     smi.write_text(f'#!/bin/sh\n[ "$1" = -q ] && exec cat {answer}\necho "no recording for: $*" >&2\nexit 9\n')
     smi.chmod(0o755)

@@ -21,7 +21,7 @@ def _example_preflight(tmp_path: Path, *extra: str):
     GPU host's."""
     password = tmp_path / "vault-pass"
     password.write_text(DEMO_VAULT_PASSWORD + "\n")
-    smi = recorded_nvidia_smi(tmp_path)
+    smi = recorded_nvidia_smi(tmp_path, gpus=8, total_mib=184320)
     return ansible_playbook(
         "-i",
         "inventory/example",
@@ -34,6 +34,8 @@ def _example_preflight(tmp_path: Path, *extra: str):
         f'{{"ansible_python_interpreter": "{BIN / "python"}"}}',
         "-e",
         f"gpu_host_nvidia_smi={smi} sglang_preflight_min_free_gb=1",
+        "-e",
+        f"sglang_reports_dir={tmp_path / 'reports'}",  # its own rollout lock: other tests run this inventory too
         *extra,
     )
 

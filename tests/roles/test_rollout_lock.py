@@ -30,7 +30,8 @@ def _preflight(tmp_path: Path, reports: Path, run_id: str):
         "-l", "gpu-host-01.example.internal,localhost", "-e", "ansible_connection=local",
         "-e", f'{{"ansible_python_interpreter": "{BIN / "python"}"}}',
         "-e", f"sglang_reports_dir={reports}", "-e", f"sglang_run_id={run_id}",
-        "-e", f"gpu_host_nvidia_smi={recorded_nvidia_smi(tmp_path)} sglang_preflight_min_free_gb=1",
+        "-e", f"gpu_host_nvidia_smi={recorded_nvidia_smi(tmp_path, gpus=8, total_mib=184320)}",
+        "-e", "sglang_preflight_min_free_gb=1",
     )  # fmt: skip
 
 
