@@ -16,8 +16,8 @@ with ``level admin``, over TCP or a Unix socket) and needs nothing but Python's 
   when it takes requests again.
 
 The HAProxy server name is the inventory name unless --server-name maps it (``host=name,...``).
-``--log FILE`` appends one JSON line per call (started, time done, host, action, sessions left): the record the
-molecule fleet scenario checks its client's traffic against.
+``--log FILE`` appends one JSON line per call (started, time done, host, action, sessions left): the record a
+load-balancer test checks a client's traffic against (molecule/resources/lb/client.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Each of --workers sends one small /generate request at a time (with the fleet's 
 - requests.jsonl: one line per request (start, seconds, HTTP status, served by, error);
 - states.jsonl: every --sample-s, each server's ``show stat`` status (UP, DRAIN, DOWN, MAINT ...);
 - summary.json: requests sent, failed, served per host.
-molecule/fleet/tests/test_lb.py judges them against the drain hooks' log (hooks/haproxy.py --log).
+(The fleet scenario's test that judged them against the hooks' log is not in the scenario yet.)
 """
 
 from __future__ import annotations
