@@ -29,6 +29,16 @@ def _preflight(tmp_path: Path, smi_text: str, *extra: str):
     )  # fmt: skip
 
 
+def _judged(run, task: str, needle: str | None) -> None:
+    """The preflight task ran; the run passed (needle None) or stopped saying ``needle``."""
+    flat = " ".join(run.out.split())
+    assert f"TASK [{task}]" in run.out
+    if needle is None:
+        assert run.rc == 0, flat[-3000:]
+    else:
+        assert run.rc != 0 and needle in flat, flat[-3000:]
+
+
 def test_the_recorded_h200_passes(tmp_path: Path) -> None:
     run = _preflight(tmp_path, RECORDED)
     assert run.rc == 0, run.out[-3000:]
@@ -73,12 +83,7 @@ def test_an_nvswitch_fabric_that_is_not_up_stops_preflight(tmp_path: Path, state
     assert RECORDED.count(FABRIC_NA) == 1  # the recorded H200 (no NVSwitch) says N/A and passes above
     edited = FABRIC_NA.replace(": N/A", f": {state}", 1).replace("N/A", status, 1)
     run = _preflight(tmp_path, RECORDED.replace(FABRIC_NA, edited))
-    flat = " ".join(run.out.split())
-    assert "TASK [Stop when the NVSwitch fabric is not up (fabric manager)]" in run.out
-    if needle is None:
-        assert run.rc == 0, flat[-3000:]
-    else:
-        assert run.rc != 0 and needle in flat, flat[-3000:]
+    _judged(run, "Stop when the NVSwitch fabric is not up (fabric manager)", needle)
 
 
 @pytest.mark.parametrize(
@@ -91,9 +96,4 @@ def test_an_nvswitch_fabric_that_is_not_up_stops_preflight(tmp_path: Path, state
 )  # fmt: skip
 def test_fewer_or_smaller_gpus_than_the_profile_stop_preflight(tmp_path: Path, extra: tuple[str, ...], needle) -> None:
     run = _preflight(tmp_path, RECORDED, *extra)
-    flat = " ".join(run.out.split())
-    assert "TASK [Stop when the host has fewer GPUs, or smaller ones, than its profile needs]" in run.out
-    if needle is None:
-        assert run.rc == 0, flat[-3000:]
-    else:
-        assert run.rc != 0 and needle in flat, flat[-3000:]
+    _judged(run, "Stop when the host has fewer GPUs, or smaller ones, than its profile needs", needle)
