@@ -1,15 +1,24 @@
-"""How a fleet rollout's wall time grows with host count, on the test engine.
+"""What a fleet rollout costs the controller, and how its wall time grows with hosts and batches.
 
-Rolls `deploy.yml` over 1, 3 and 6 hosts that all live on this machine (local connection;
-each host its own container name, port and cache volume on the one Docker engine) and
-prints wall time against host count and against the number of serial batches. With the
-default batching (`[1, "50%"]`: one canary, then half of the fleet at a time) the claim is
-that time follows batches, not hosts: hosts in one batch deploy and gate in parallel.
+Default: the fleet over SSH (benchmarks/_fleet_ssh.py). Hosts are loopback addresses of one sshd
+on this machine (127.0.1.x); preflight (nvidia-smi answering with a recorded H200) and check mode
+are real on every host, and one real rollout of a few hosts (TEST ENGINE servers) gives the
+per-host stage times (each host record's stage marks). It prints, per stage and host count, the
+controller's wall time, CPU seconds and peak memory (PSS of the ansible-playbook tree), and the
+projected wall time of a rollout of the largest count:
 
-Figures are the TEST ENGINE's and this machine's (2 cores shared by every host), not a GPU
-fleet's. Run after `bash scripts/setup.sh`:
+    projected = preflight(N) + sum over batches b of (one host's rollout + (size_b - 1) * per-host cost)
 
-    .venv/bin/python benchmarks/rollout.py [--hosts 1 3 6] [--serial '[1, "50%"]']
+where one host's rollout is the measured median of the stage times, and the per-host cost is the
+check-mode wall time's slope between the smallest and largest counts (what each more host in a
+batch adds on the controller). Targets (issue 22): preflight of 200 hosts under 2 min, controller
+memory under 2 GB, wall time in proportion to batches. Figures are this machine's (2 cores shared
+with the one sshd and the hosts' side) and the TEST ENGINE's, never a GPU fleet's:
+
+    .venv/bin/python benchmarks/rollout.py [--hosts 10 50 200] [--serial '[1, 5, "25%"]'] [--forks N]
+
+``--local`` rolls ``deploy.yml`` over 1, 3 and 6 local-connection hosts and prints wall time against
+host count and against serial batches (hosts in one batch deploy and gate in parallel).
 
 ``--compare-locations`` rolls one wave of 3 and one of 6 hosts with the gates on the controller
 and with the gates on the hosts (sglang_gate_location), and prints, per wave, the CPU seconds the
@@ -30,12 +39,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _fleet_ssh
+
 from testengine import local_fleet
 from validate.metrics import Spread
 
@@ -211,20 +223,75 @@ def rollout(hosts: int, serial: list[int | str]) -> RolloutRun:
     return RolloutRun(hosts, len(batch_sizes(serial, hosts)), wall, proc.returncode)
 
 
+def project(runs: list[_fleet_ssh.StageRun], serial: list[int | str]) -> dict[str, Any]:
+    """The wall time of a rollout of the largest measured count, from the measured parts (module doc)."""
+    pre = {r.hosts: r for r in runs if r.stage == "preflight"}
+    check = {r.hosts: r for r in runs if r.stage == "check"}
+    rollout = next((r for r in runs if r.stage == "rollout"), None)
+    if not pre or not rollout or not rollout.host_stage_s:
+        return {}
+    n, small = max(pre), min(check)
+    per_host = (check[n].wall_s - check[small].wall_s) / (n - small) if n > small else 0.0
+    one_host = sum(rollout.host_stage_s.values())
+    sizes = batch_sizes(serial, n)
+    batches = [round(one_host + (size - 1) * per_host, 1) for size in sizes]
+    return {
+        "hosts": n, "serial": serial, "batch_sizes": sizes, "preflight_s": pre[n].wall_s,
+        "one_host_rollout_s": round(one_host, 1), "per_extra_host_s": round(per_host, 3),
+        "batch_s": batches, "projected_s": round(pre[n].wall_s + sum(batches), 1),
+    }  # fmt: skip
+
+
+def fleet(args: argparse.Namespace) -> int:
+    serial = _fleet_ssh.yaml_serial(args.serial)
+    runs = _fleet_ssh.measure(args.hosts, args.forks, args.rollout_hosts)
+    print("Fleet over SSH on this machine (loopback hosts of one sshd; TEST ENGINE servers; not a GPU fleet)")
+    print(f"{'stage':>9} {'hosts':>5} {'forks':>5} {'wall s':>7} {'s/host':>7} {'CPU s':>7} {'peak MiB':>8}  rc")
+    for r in runs:
+        print(
+            f"{r.stage:>9} {r.hosts:>5} {r.forks or '-':>5} {r.wall_s:>7.1f} {r.wall_s / r.hosts:>7.2f} "
+            f"{r.cpu_s:>7.1f} {r.peak_pss_mib:>8.0f}  {r.rc}"
+        )
+        if r.rc:
+            print(r.tail, file=sys.stderr)
+    rollout = next((r for r in runs if r.stage == "rollout"), None)
+    if rollout:
+        print("one host's rollout stages (median s over its hosts):", json.dumps(rollout.host_stage_s))
+    projection = project(runs, serial)
+    if projection:
+        print(
+            f"projected rollout of {projection['hosts']} hosts, serial {json.dumps(serial)} "
+            f"({len(projection['batch_sizes'])} batches: {projection['batch_sizes']}): "
+            f"{projection['projected_s'] / 60:.1f} min = preflight {projection['preflight_s']:.0f} s + batches "
+            f"{projection['batch_s']} s (one host {projection['one_host_rollout_s']:.0f} s, "
+            f"+{projection['per_extra_host_s']:.2f} s per more host in a batch)"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"runs": [asdict(r) for r in runs], "projection": projection}, indent=2))
+    return 0 if all(r.rc == 0 for r in runs) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 3, 6])
-    parser.add_argument("--serial", default='[1, "50%"]', help="serial batches as YAML (default: the rollout's)")
+    parser.add_argument("--hosts", type=int, nargs="+", help="host counts (default 10 50 200; --local: 1 3 6)")
+    parser.add_argument("--serial", default='[1, 5, "25%"]', help="serial batches as YAML (the projection's)")
+    parser.add_argument("--forks", type=int, default=0, help="ANSIBLE_FORKS (default: ansible.cfg's)")
+    parser.add_argument("--rollout-hosts", type=int, default=3, help="hosts of the real rollout stage (0: none)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--local", action="store_true", help="local-connection rollouts: wall time vs batches")
     parser.add_argument("--compare-locations", action="store_true", help="gates on the controller vs on the hosts")
     args = parser.parse_args()
+    if not args.local and not args.compare_locations:
+        args.hosts = args.hosts or [10, 50, 200]
+        return fleet(args)
+    args.hosts = args.hosts or [1, 3, 6]
     if args.compare_locations:
         sizes = [n for n in args.hosts if n > 1] or [3, 6]
         waves = compare_locations(sizes if len(sizes) > 1 else [3, 6])
         if args.json:
             args.json.write_text(json.dumps([w.__dict__ for w in waves], indent=2))
         return 0 if all(w.rc == 0 for w in waves) else 1
-    serial = yaml.safe_load(args.serial)
+    serial = yaml.safe_load(args.serial if args.serial != parser.get_default("serial") else '[1, "50%"]')
     runs = [rollout(n, serial) for n in args.hosts]
     first = runs[0]
     print("TEST ENGINE rollout on this machine (not a GPU fleet); serial =", json.dumps(serial))

@@ -9,7 +9,19 @@ in three task files and a callback, and the copies drifted apart (the lost recor
 Every real record is also folded into the fleet state file (state.py), which the next run reads.
 """
 
-from .records import VARIABLES, HostRecord, HostVars, final, in_progress, lost, mark_lost, write_record
+from .history import prune_runs
+from .records import (
+    VARIABLES,
+    HostRecord,
+    HostVars,
+    final,
+    in_progress,
+    lost,
+    mark_lost,
+    read_record,
+    stage_durations,
+    write_record,
+)
 from .state import drained_hosts, finish_run, merge_record, pending_hosts, read_state, state_path
 from .summary import read_records, summarize, write_summary
 
@@ -25,8 +37,11 @@ __all__ = [
     "mark_lost",
     "merge_record",
     "pending_hosts",
+    "prune_runs",
+    "read_record",
     "read_records",
     "read_state",
+    "stage_durations",
     "state_path",
     "summarize",
     "write_record",

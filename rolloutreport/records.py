@@ -7,8 +7,10 @@ hostvars included), never from a second copy of the schema. Field names are what
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,6 +91,9 @@ class HostRecord:
     failed_task: str = ""
     report_dir: str = ""
     cache: CacheRecord = field(default_factory=CacheRecord)
+    # when the host entered each stage of this run ({"stage", "at": epoch seconds}; "done" at its
+    # final record): how long each stage took on each host (benchmarks/rollout.py reads them)
+    stages: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,8 +215,32 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def write_record(run_dir: Path, record: HostRecord | dict[str, Any]) -> Path:
-    data = record.to_dict() if isinstance(record, HostRecord) else record
+def stage_durations(record: Mapping[str, Any]) -> dict[str, float]:
+    """Seconds the host spent in each stage of a record's marks (a stage entered twice counts twice);
+    the stage it is still in (no later mark) is left out."""
+    out: dict[str, float] = {}
+    marks = record.get("stages") or []
+    for here, nxt in itertools.pairwise(marks):
+        out[here["stage"]] = round(out.get(here["stage"], 0.0) + float(nxt["at"]) - float(here["at"]), 2)
+    return out
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A record as written (a dict: the JSON file's content)."""
+    return json.loads(path.read_text())
+
+
+def write_record(run_dir: Path, record: HostRecord | dict[str, Any], mark: str = "") -> Path:
+    """Write the host's record of this run. The stage marks of its earlier record in the run are
+    kept, and ``mark`` (the stage it enters, or "done") is added unless it is the last one already."""
+    data = record.to_dict() if isinstance(record, HostRecord) else dict(record)
     path = record_path(run_dir, data["host"])
+    try:
+        stages = list(json.loads(path.read_text()).get("stages") or [])
+    except (OSError, ValueError, AttributeError):
+        stages = list(data.get("stages") or [])
+    if mark and (not stages or stages[-1].get("stage") != mark):
+        stages.append({"stage": mark, "at": round(time.time(), 2)})
+    data["stages"] = stages
     write_json(path, data)
     return path

@@ -6,6 +6,7 @@
 #   local/sglang-molecule-host:bookworm-engine  Debian 12 with an engine already there: STAND-IN
 #                                               docker-ce and nvidia-container-toolkit packages
 #   local/sglang-molecule-host:trixie-bare      Debian 13 with python3 and the STAND-IN toolkit only (hosts)
+#   local/sglang-molecule-lb:latest             Debian 12 with Debian's HAProxy: the fleet scenario's load balancer
 set -euo pipefail
 res=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$res/../.." && pwd)
@@ -43,4 +44,12 @@ build local/sglang-molecule-host:latest bookworm "python3 python3-requests ca-ce
 if [ "${1:-}" = all ] || [ "${1:-}" = hosts ]; then
   build local/sglang-molecule-host:bookworm-engine bookworm "python3 python3-requests python3-debian" docker-ce nvidia-container-toolkit
   build local/sglang-molecule-host:trixie-bare trixie "python3" nvidia-container-toolkit
+fi
+if [ "${1:-}" = all ] || [ "${1:-}" = fleet ]; then
+  # the fleet scenario's load balancer: Debian's HAProxy (molecule/resources/lb)
+  lb_hash=$(cat "$res/lb/Dockerfile" | sha256sum | cut -c1-16)
+  if [ "$(docker image inspect -f '{{ index .Config.Labels "io.sglang-deploy.source-hash" }}' local/sglang-molecule-lb:latest 2>/dev/null)" != "$lb_hash" ]; then
+    docker build -q --label "io.sglang-deploy.source-hash=$lb_hash" -t local/sglang-molecule-lb:latest "$res/lb" >/dev/null
+    echo "built local/sglang-molecule-lb:latest"
+  fi
 fi

@@ -62,8 +62,9 @@ class ActionModule(ActionBase):
             record = rolloutreport.final(host, run_dir.name, check_mode, hv)
         else:
             record = rolloutreport.lost(host, run_dir.name, check_mode, hv)
-        path = rolloutreport.write_record(run_dir, record)
-        data = record.to_dict()
+        mark = str(args.get("stage") or "?") if state == "in_progress" else "done" if state == "final" else ""
+        path = rolloutreport.write_record(run_dir, record, mark)
+        data = rolloutreport.read_record(path)
         rolloutreport.merge_record(rolloutreport.state_path(run_dir, args.get("state_file")), data)
         result.update(changed=False, path=str(path), record=data)
         if state == "final":

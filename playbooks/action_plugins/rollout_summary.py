@@ -23,6 +23,12 @@ options:
   hosts: {description: every host of the run (--limit applies), required: true, type: list, elements: str}
   finished: {description: the last summary of the run, type: bool, default: false}
   state_file: {description: the fleet state file (default DIR/../fleet-state.json), type: path}
+  keep_runs:
+    description: >-
+      at the run's last summary, keep this many newest run folders beside DIR (older ones are removed,
+      never one the fleet state names); 0 keeps all
+    type: int
+    default: 0
 """
 
 ARGUMENT_SPEC = {
@@ -30,6 +36,7 @@ ARGUMENT_SPEC = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "finished": {"type": "bool", "default": False},
     "state_file": {"type": "path"},
+    "keep_runs": {"type": "int", "default": 0},
 }
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "rollout-summary.md.j2"
 
@@ -50,6 +57,8 @@ class ActionModule(ActionBase):
         if args["finished"]:  # the image in flight has landed when every host moved
             state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
             rolloutreport.finish_run(state_file, summary, bool(task_vars.get("ansible_check_mode", False)))
+            state = rolloutreport.read_state(state_file)
+            result["pruned_runs"] = rolloutreport.prune_runs(run_dir.parent, args["keep_runs"], run_dir.name, state)
         result.update(changed=False, ansible_facts={"sglang_summary": summary})
         return result
 

@@ -95,3 +95,28 @@ def test_records_are_written_whole_and_the_summary_sorts_the_hosts(tmp_path: Pat
     rr.write_summary(run, s, "# summary\n")
     assert json.loads((run / "rollout-summary.json").read_text())["failed"] == ["h2"]
     assert (run / "rollout-summary.md").read_text() == "# summary\n"
+
+
+def test_stage_marks_carry_over_from_record_to_record_and_give_durations(tmp_path: Path, monkeypatch):
+    """Each in-progress record adds the stage it enters, the final one "done"; the lost record of a
+    host keeps them. A repeated mark (the same stage written twice) is not a new stage."""
+    clock = iter([100.0, 112.5, 112.9, 160.0])
+    monkeypatch.setattr(rr.records.time, "time", lambda: next(clock))
+    run = tmp_path / "run-1"
+    for stage in ("image", "server", "server", "gate"):
+        rr.write_record(run, rr.in_progress("h1", "run-1", False, HV, stage), stage)
+    path = rr.write_record(run, rr.final("h1", "run-1", False, HV), "done")
+    rec = rr.read_record(path)
+    assert [(m["stage"], m["at"]) for m in rec["stages"]] == [
+        ("image", 100.0), ("server", 112.5), ("gate", 112.9), ("done", 160.0),
+    ]  # fmt: skip
+    assert rr.stage_durations(rec) == {"image": 12.5, "server": 0.4, "gate": 47.1}
+    lost = rr.mark_lost(rec, "Wait")
+    rr.write_record(run, lost)  # the callback's write: no new mark, the marks kept
+    assert rr.read_record(path)["stages"] == rec["stages"]
+
+
+def test_a_stage_entered_twice_counts_both_spans_and_the_open_one_none():
+    rec = {"stages": [{"stage": "gate", "at": 10}, {"stage": "rollback", "at": 15}, {"stage": "gate", "at": 16}]}
+    assert rr.stage_durations(rec) == {"gate": 5.0, "rollback": 1.0}
+    assert rr.stage_durations({"stages": []}) == {} and rr.stage_durations({}) == {}
