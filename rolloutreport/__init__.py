@@ -2,7 +2,7 @@
 
 Every record of a host in a run (in progress at a stage, finished, lost when the host became
 unreachable) and the run's summary are built here and written atomically. The rollout's tasks call
-the ``rollout_record`` and ``rollout_summary`` action plugins (playbooks/action_plugins), the
+the ``rollout_record`` and ``rollout_summary`` action plugins (plugins/action), the
 ``rollout_lost`` callback calls the same functions when Ansible itself stops the run; the
 next run's preflight and the tests read what these wrote. Before, the same record was spelt out
 in three task files and a callback, and the copies drifted apart (the lost record had no image ID).

@@ -339,6 +339,28 @@ def test_crash_looping_server_fails_the_wait_at_once_and_is_rolled_back(env: Env
     assert host["gate"] == "not-ready" and host["rolled_back"] is True
 
 
+def test_a_failed_drain_hook_fails_the_host_and_leaves_its_server_alone(env: Env) -> None:
+    """The load balancer refused the drain: the host may still take traffic, so its server is neither
+    replaced nor "rolled back" (recreated); the failure says what the hook printed."""
+    before = env.container()
+    run = env.deploy(
+        sglang_image=RELEASE_B,
+        sglang_image_source="local",
+        sglang_server_drain_command=["sh", "-c", "echo 'lb1: no such server sglang/localhost' >&2; exit 3"],
+    )
+    assert run.rc != 0
+    flat = " ".join(run.out.split())
+    said = "The drain hook (sh, run on the controller) exited 3 for localhost: lb1: no such server sglang/localhost"
+    assert said in flat
+    assert "Nothing was stopped or replaced on the host" in flat
+    after = env.container()
+    assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
+    assert env.health() == 200
+    host = env.summary()["hosts"][0]
+    assert (host["outcome"], host["rolled_back"], host["gate"]) == ("failed", False, "not run")
+    assert "exited 3" in host["failure"] and host["image_after"] == host["image_before"]
+
+
 def _hooks(env: Env) -> list[str]:
     path = env.tmp / "hooks.log"
     return path.read_text().splitlines() if path.exists() else []

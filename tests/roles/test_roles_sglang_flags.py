@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 from roles_testlib import ROLES
 
-_spec = importlib.util.spec_from_file_location(
-    "sglang_flags", ROLES / "sglang_server" / "filter_plugins" / "sglang_flags.py"
-)
+_spec = importlib.util.spec_from_file_location("sglang_flags", ROLES.parent / "plugins" / "filter" / "sglang_flags.py")
 assert _spec and _spec.loader
 flags = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = flags

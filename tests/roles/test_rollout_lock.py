@@ -63,7 +63,7 @@ def test_a_running_rollout_blocks_the_next_and_a_dead_one_is_taken_over(tmp_path
 def _play(tmp_path: Path, name: str, tasks: str):
     play = tmp_path / name
     play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n" + tasks)
-    env = {**ansible_env(), "ANSIBLE_ACTION_PLUGINS": str(REPO / "playbooks" / "action_plugins")}
+    env = {**ansible_env(), "ANSIBLE_ACTION_PLUGINS": str(REPO / "plugins" / "action")}
     python = f"ansible_python_interpreter={BIN / 'python'}"
     return subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", python, str(play)],

@@ -137,7 +137,7 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
 
 def test_a_batch_lost_whole_is_still_named_in_the_summary(tmp_path):
     """u-h2 alone in its batch (serial [1, 1, 2]): Ansible ends the whole run when it is lost, so no
-    task of the rollout can record it; the rollout_lost callback does (playbooks/callback_plugins)."""
+    task of the rollout can record it; the rollout_lost callback does (plugins/callback)."""
     _cleanup()
     try:
         run = _deploy(_inventory(tmp_path, h2_reachable=False, serial=[1, 1, 2]), "20261203T120000Z")

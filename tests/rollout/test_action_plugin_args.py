@@ -20,7 +20,7 @@ def _play(tmp_path: Path, task: str) -> subprocess.CompletedProcess[str]:
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_ACTION_PLUGINS=str(REPO / "playbooks" / "action_plugins"),
+        ANSIBLE_ACTION_PLUGINS=str(REPO / "plugins" / "action"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_LOCALHOST_WARNING="0",
         PYTHONPATH=str(REPO),

@@ -38,7 +38,7 @@ ARGUMENT_SPEC = {
     "state_file": {"type": "path"},
     "keep_runs": {"type": "int", "default": 0},
 }
-TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "rollout-summary.md.j2"
+TEMPLATE = Path(__file__).resolve().parents[2] / "playbooks" / "templates" / "rollout-summary.md.j2"
 
 
 class ActionModule(ActionBase):

@@ -3,8 +3,8 @@
 Why a callback: when every host of a serial batch becomes unreachable (a canary batch of one
 host that vanishes, the likeliest case), Ansible ends the whole playbook at once ("NO MORE
 HOSTS LEFT"): no rescue, no always, none of the rollout play's batch-end tasks and no summary
-play run. Only callbacks still see the end of the run. This one (loaded automatically from
-playbooks/callback_plugins, no configuration) turns each lost host's "in progress" record
+play run. Only callbacks still see the end of the run. This one (plugins/callback, named by
+ansible.cfg's callback_plugins; always on, no callbacks_enabled needed) turns each lost host's "in progress" record
 (playbooks/tasks/mark_stage.yml) into an "unreachable" record with its last known stage through
 rolloutreport, the one writer of records and summaries the rollout's own tasks use, rewrites
 rollout-summary.json and .md from the run's records with the summary's template, and prints what
@@ -101,5 +101,5 @@ class CallbackModule(CallbackBase):
         all_hosts = [h.get_name() for h in inventory.get_hosts("sglang_servers", ignore_restrictions=True)]
         summary = rolloutreport.summarize(records, all_hosts, run_dir.name, finished=False)
         templar.available_variables = {**variables, "sglang_summary": summary}
-        template = Path(__file__).resolve().parents[1] / "templates" / "rollout-summary.md.j2"
+        template = Path(__file__).resolve().parents[2] / "playbooks" / "templates" / "rollout-summary.md.j2"
         rolloutreport.write_summary(run_dir, summary, str(templar.template(trust_as_template(template.read_text()))))
