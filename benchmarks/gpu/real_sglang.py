@@ -354,6 +354,29 @@ def stage_cache() -> None:
     save_results()
 
 
+def not_regular_files(root: Path) -> list[dict[str, str]]:
+    """Symlinks and empty folders under ``root`` (what a regular-files archive does not carry)."""
+    out = []
+    for p in sorted(root.rglob("*")):
+        if p.is_symlink():
+            out.append({"path": str(p.relative_to(root)), "kind": "symlink", "to": os.readlink(p)})
+        elif p.is_dir() and not any(p.iterdir()):
+            out.append({"path": str(p.relative_to(root)), "kind": "empty dir", "to": ""})
+    return out[:200]
+
+
+def files_added(root: Path, archived: dict[str, int]) -> list[dict[str, Any]]:
+    """Files under ``root`` now that the archive did not hold, or whose mtime moved since (rebuilt in
+    place): what a start on a seeded volume compiled or wrote anew."""
+    out = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            rel = str(p.relative_to(root))
+            if rel not in archived or p.stat().st_mtime_ns != archived[rel]:
+                out.append({"path": rel, "size": p.stat().st_size, "new": rel not in archived})
+    return out[:300]
+
+
 def stage_seed(starts: int = 3) -> None:
     """One cold start per fleet: the volume the cache stage warmed is archived with the roles' own tool
     (images/sglang/cache_archive.py), seeded into an empty volume, and the server started on that
@@ -373,6 +396,14 @@ def stage_seed(starts: int = 3) -> None:
     t0 = time.monotonic()
     res["archive"] = cache_archive.create(warm_volume, key, archive)
     res["archive_s"] = round(time.monotonic() - t0, 2)
+    # What the archive leaves out (it takes regular files only): a seeded start that is slower than
+    # a warm one rebuilds something, and these two lists say what (issue 23).
+    res["warm_not_archived"] = not_regular_files(warm_volume)
+    archived = {
+        str(p.relative_to(warm_volume)): p.stat().st_mtime_ns
+        for p in warm_volume.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }
     # Another host's volume sits at the same path (Docker mounts it at the mount path, no symlink): the
     # warm one is moved aside and the archive extracted into an empty folder where it was. FlashInfer's
     # ninja builds record absolute (resolved) paths, so a copy at another path is rebuilt (seen: a
@@ -400,6 +431,7 @@ def stage_seed(starts: int = 3) -> None:
                 f"first sampled {row['first_sampled_s']} s"
                 + (f" (seeded in {row['seed_s']} s)" if "seed_s" in row else "")
             )
+            row["added_by_start"] = files_added(warm_volume, archived)  # since the archive was made
             if kind == "seeded":
                 shutil.copy(server.log_path, WORK / "fixtures" / f"server_seeded_start_{i}.log")
                 shutil.rmtree(warm_volume)

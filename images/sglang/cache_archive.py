@@ -3,7 +3,7 @@
 Why: a cold start JIT-compiles FlashInfer's (and Triton's, SGLang's, DeepGEMM's) kernels for
 minutes to tens of minutes; every host of a GPU profile with the same image would compile the same
 modules. After the canary's gate passed, its cache volume is archived with a manifest (the cache
-key it was built for, every file with its size and sha256) and a checksum; a later host whose
+key it was built for, every file with its size, sha256 and exact mtime) and a checksum; a later host whose
 volume for that key is cold gets it extracted before its server starts. A damaged archive, one
 built for another key, or one with a path that leaves the volume is refused before anything is
 written. Stdlib only: it runs in a helper container from the serving image (the roles) or next to
@@ -57,7 +57,8 @@ def build_manifest(src: Path, key: str) -> dict[str, Any]:
     files = []
     for path in sorted(p for p in src.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST):
         rel = path.relative_to(src).as_posix()
-        files.append({"path": rel, "size": path.stat().st_size, "sha256": _sha256(path)})
+        st = path.stat()
+        files.append({"path": rel, "size": st.st_size, "sha256": _sha256(path), "mtime_ns": st.st_mtime_ns})
     modules = [f["path"] for f in files if f["path"].endswith(".so")]
     return {"schema": SCHEMA, "key": key, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": files, "modules": modules, "bytes": sum(f["size"] for f in files)}  # fmt: skip
@@ -177,6 +178,13 @@ def seed(
                 path = stage / f["path"]
                 if not path.is_file() or path.stat().st_size != f["size"] or _sha256(path) != f["sha256"]:
                     raise Refused(f"{archive}: {f['path']} does not match its manifest entry: not seeded")
+            for f in manifest["files"]:
+                # The exact modification time, to the nanosecond: tar carries it as a float, which
+                # lands up to ~0.2 us off, and ninja (FlashInfer's JIT builds) then finds an output
+                # newer than the time its deps log recorded, calls the deps stale and rebuilds that
+                # module: about half of them, at random (issue 23, docs/flashinfer-cache.md).
+                if isinstance(f.get("mtime_ns"), int):
+                    os.utime(stage / f["path"], ns=(f["mtime_ns"], f["mtime_ns"]))
             for f in manifest["files"]:  # only now does anything land in the volume
                 target = dest / f["path"]
                 target.parent.mkdir(parents=True, exist_ok=True)
