@@ -107,7 +107,7 @@ def write_inventory(directory: Path, hosts: int, serial: list[int | str], gpu_ch
         ansible_connection="ssh", ansible_port=SSH_PORT, ansible_user="deploy", ansible_become=True,
         ansible_ssh_private_key_file=str(KEY), ansible_python_interpreter="/usr/bin/python3",
         ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
-        sglang_gpu_host_prepare=gpu_checks, sglang_gpu_count=1, sglang_gpu_min_memory_gib=100,
+        sglang_gpu_host_prepare=gpu_checks, sglang_gpu_count=1, sglang_gpu_min_memory_gib=100, sglang_server_tp_size=1,
         sglang_reports_dir=str(directory / "reports"),
         sglang_gate_config=local_fleet.gate_config(baseline={"tolerance": 0.5}),
         sglang_gate_location="controller", sglang_gate_host="127.0.0.1", sglang_gate_baseline_group="sglang_servers",
@@ -205,24 +205,34 @@ def cleanup(hosts: int) -> None:
         subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
 
 
-def measure(sizes: list[int], forks: int, rollout_hosts: int) -> list[StageRun]:
-    """preflight and check mode for each size, then one real rollout of ``rollout_hosts`` hosts."""
+def measure(sizes: list[int], forks: int, rollout_hosts: int, check_max: int = 0, report: Any = None) -> list[StageRun]:
+    """preflight for each size, check mode for each size up to ``check_max`` (0: all), then one
+    real rollout of ``rollout_hosts`` hosts; ``report`` gets each StageRun as it ends."""
     runs: list[StageRun] = []
     with tempfile.TemporaryDirectory(prefix="rollout-bench-ssh-") as tmp:
         work = Path(tmp)
         start_sshd(work)
         try:
+
+            def done(run: StageRun) -> None:
+                runs.append(run)
+                if report:
+                    report(run)
+
             for n in sizes:
                 inv = write_inventory(work / f"preflight-{n}", n, [1, "25%"], gpu_checks=True)
-                runs.append(run_stage("preflight", inv, ["playbooks/preflight.yml"], forks, n))
+                done(run_stage("preflight", inv, ["playbooks/preflight.yml"], forks, n))
+            for n in sizes:
+                if check_max and n > check_max:
+                    continue
                 inv = write_inventory(work / f"check-{n}", n, [1, "25%"], gpu_checks=False)
-                runs.append(run_stage("check", inv, ["deploy.yml", "--check"], forks, n))
+                done(run_stage("check", inv, ["deploy.yml", "--check"], forks, n))
             if rollout_hosts:
                 cleanup(rollout_hosts)
                 inv = write_inventory(work / "rollout", rollout_hosts, [1, "100%"], gpu_checks=False)
                 run = run_stage("rollout", inv, ["deploy.yml"], forks, rollout_hosts)
                 run.host_stage_s = host_stage_times(inv / "reports")
-                runs.append(run)
+                done(run)
                 cleanup(rollout_hosts)
         finally:
             stop_sshd()

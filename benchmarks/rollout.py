@@ -230,13 +230,15 @@ def project(runs: list[_fleet_ssh.StageRun], serial: list[int | str]) -> dict[st
     rollout = next((r for r in runs if r.stage == "rollout"), None)
     if not pre or not rollout or not rollout.host_stage_s:
         return {}
-    n, small = max(pre), min(check)
-    per_host = (check[n].wall_s - check[small].wall_s) / (n - small) if n > small else 0.0
+    if not check:
+        return {}
+    n, small, big = max(pre), min(check), max(check)
+    per_host = (check[big].wall_s - check[small].wall_s) / (big - small) if big > small else 0.0
     one_host = sum(rollout.host_stage_s.values())
     sizes = batch_sizes(serial, n)
     batches = [round(one_host + (size - 1) * per_host, 1) for size in sizes]
     return {
-        "hosts": n, "serial": serial, "batch_sizes": sizes, "preflight_s": pre[n].wall_s,
+        "hosts": n, "serial": serial, "batch_sizes": sizes, "preflight_s": pre[n].wall_s, "check_hosts": [small, big],
         "one_host_rollout_s": round(one_host, 1), "per_extra_host_s": round(per_host, 3),
         "batch_s": batches, "projected_s": round(pre[n].wall_s + sum(batches), 1),
     }  # fmt: skip
@@ -244,16 +246,19 @@ def project(runs: list[_fleet_ssh.StageRun], serial: list[int | str]) -> dict[st
 
 def fleet(args: argparse.Namespace) -> int:
     serial = _fleet_ssh.yaml_serial(args.serial)
-    runs = _fleet_ssh.measure(args.hosts, args.forks, args.rollout_hosts)
     print("Fleet over SSH on this machine (loopback hosts of one sshd; TEST ENGINE servers; not a GPU fleet)")
     print(f"{'stage':>9} {'hosts':>5} {'forks':>5} {'wall s':>7} {'s/host':>7} {'CPU s':>7} {'peak MiB':>8}  rc")
-    for r in runs:
+
+    def row(r: _fleet_ssh.StageRun) -> None:
         print(
             f"{r.stage:>9} {r.hosts:>5} {r.forks or '-':>5} {r.wall_s:>7.1f} {r.wall_s / r.hosts:>7.2f} "
-            f"{r.cpu_s:>7.1f} {r.peak_pss_mib:>8.0f}  {r.rc}"
+            f"{r.cpu_s:>7.1f} {r.peak_pss_mib:>8.0f}  {r.rc}",
+            flush=True,
         )
         if r.rc:
-            print(r.tail, file=sys.stderr)
+            print(r.tail[-3000:], file=sys.stderr, flush=True)
+
+    runs = _fleet_ssh.measure(args.hosts, args.forks, args.rollout_hosts, args.check_max, report=row)
     rollout = next((r for r in runs if r.stage == "rollout"), None)
     if rollout:
         print("one host's rollout stages (median s over its hosts):", json.dumps(rollout.host_stage_s))
@@ -277,6 +282,7 @@ def main() -> int:
     parser.add_argument("--serial", default='[1, 5, "25%"]', help="serial batches as YAML (the projection's)")
     parser.add_argument("--forks", type=int, default=0, help="ANSIBLE_FORKS (default: ansible.cfg's)")
     parser.add_argument("--rollout-hosts", type=int, default=3, help="hosts of the real rollout stage (0: none)")
+    parser.add_argument("--check-max", type=int, default=0, help="check mode only up to this many hosts (0: all)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--local", action="store_true", help="local-connection rollouts: wall time vs batches")
     parser.add_argument("--compare-locations", action="store_true", help="gates on the controller vs on the hosts")
