@@ -190,9 +190,10 @@ def run_stage(stage: str, inventory: Path, args: list[str], forks: int, hosts: i
 def host_stage_times(reports: Path) -> dict[str, float]:
     """Median seconds per rollout stage over the hosts of a real run (each record's stage marks)."""
     spans: dict[str, list[float]] = {}
-    for path in reports.glob("*/hosts/*.json"):
-        for stage, seconds in rolloutreport.stage_durations(rolloutreport.read_record(path)).items():
-            spans.setdefault(stage, []).append(seconds)
+    for run_dir in sorted(p for p in reports.iterdir() if p.is_dir()):
+        for record in rolloutreport.read_records(run_dir):
+            for stage, seconds in rolloutreport.stage_durations(record).items():
+                spans.setdefault(stage, []).append(seconds)
     return {stage: round(statistics.median(v), 1) for stage, v in spans.items()}
 
 
