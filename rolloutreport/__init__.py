@@ -19,6 +19,7 @@ from .records import (
     lost,
     mark_lost,
     read_record,
+    record_path,
     stage_durations,
     write_record,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "read_record",
     "read_records",
     "read_state",
+    "record_path",
     "stage_durations",
     "state_path",
     "summarize",

@@ -18,14 +18,15 @@ def is_run_folder(path: Path) -> bool:
     return path.is_dir() and ((path / "hosts").is_dir() or (path / "rollout-summary.json").is_file())
 
 
-def prune_runs(reports_dir: Path, keep: int, current: str, state: dict[str, Any]) -> list[str]:
+def prune_runs(reports_dir: Path, keep: int, current: str, state: dict[str, Any], dry_run: bool = False) -> list[str]:
     """Remove the run folders beyond the newest ``keep`` (by modification time), never ``current``
-    nor a run the state file names; returns the names removed, oldest first. ``keep`` < 1 keeps all."""
+    nor a run the state file names; returns the names removed, oldest first. ``keep`` < 1 keeps all.
+    ``dry_run`` (a ``--check`` run) removes nothing and returns what a real run would remove."""
     if keep < 1 or not reports_dir.is_dir():
         return []
     protected = {current} | {str(h.get("run_id")) for h in (state.get("hosts") or {}).values() if isinstance(h, dict)}
-    runs = sorted((p for p in reports_dir.iterdir() if is_run_folder(p)), key=lambda p: (p.stat().st_mtime, p.name))
+    runs = sorted((p for p in reports_dir.iterdir() if p.name == current or is_run_folder(p)), key=lambda p: (p.stat().st_mtime, p.name))
     old = [p for p in runs[: max(0, len(runs) - keep)] if p.name not in protected]
-    for path in old:
+    for path in [] if dry_run else old:
         shutil.rmtree(path, ignore_errors=True)
     return [p.name for p in old]

@@ -230,9 +230,10 @@ def read_record(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def write_record(run_dir: Path, record: HostRecord | dict[str, Any], mark: str = "") -> Path:
-    """Write the host's record of this run. The stage marks of its earlier record in the run are
-    kept, and ``mark`` (the stage it enters, or "done") is added unless it is the last one already."""
+def write_record(run_dir: Path, record: HostRecord | dict[str, Any], mark: str = "") -> dict[str, Any]:
+    """Write the host's record of this run (at ``record_path``) and return it as written. The stage
+    marks of its earlier record in the run are kept, and ``mark`` (the stage it enters, or "done")
+    is added unless it is the last one already."""
     data = record.to_dict() if isinstance(record, HostRecord) else dict(record)
     path = record_path(run_dir, data["host"])
     try:
@@ -243,4 +244,4 @@ def write_record(run_dir: Path, record: HostRecord | dict[str, Any], mark: str =
         stages.append({"stage": mark, "at": round(time.time(), 2)})
     data["stages"] = stages
     write_json(path, data)
-    return path
+    return data

@@ -63,10 +63,9 @@ class ActionModule(ActionBase):
         else:
             record = rolloutreport.lost(host, run_dir.name, check_mode, hv)
         mark = str(args.get("stage") or "?") if state == "in_progress" else "done" if state == "final" else ""
-        path = rolloutreport.write_record(run_dir, record, mark)
-        data = rolloutreport.read_record(path)
+        data = rolloutreport.write_record(run_dir, record, mark)
         rolloutreport.merge_record(rolloutreport.state_path(run_dir, args.get("state_file")), data)
-        result.update(changed=False, path=str(path), record=data)
+        result.update(changed=False, path=str(rolloutreport.record_path(run_dir, host)), record=data)
         if state == "final":
             result["ansible_facts"] = {"sglang_rollout_record": data}
         return result

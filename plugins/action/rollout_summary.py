@@ -52,13 +52,15 @@ class ActionModule(ActionBase):
         run_dir = Path(args["dir"])
         records = rolloutreport.read_records(run_dir)
         summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"])
+        if args["finished"]:  # the image in flight has landed when every host moved
+            check_mode = bool(task_vars.get("ansible_check_mode", False))
+            state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
+            state = rolloutreport.finish_run(state_file, summary, check_mode) or rolloutreport.read_state(state_file)
+            # a --check run removes nothing: it says what the real run would remove
+            pruned = rolloutreport.prune_runs(run_dir.parent, args["keep_runs"], run_dir.name, state, dry_run=check_mode)
+            summary["history"] = {"keep_runs": args["keep_runs"], "removed": pruned, "check_mode": check_mode}
         markdown = render_markdown(self._loader, task_vars, summary)
         rolloutreport.write_summary(run_dir, summary, markdown)
-        if args["finished"]:  # the image in flight has landed when every host moved
-            state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
-            rolloutreport.finish_run(state_file, summary, bool(task_vars.get("ansible_check_mode", False)))
-            state = rolloutreport.read_state(state_file)
-            result["pruned_runs"] = rolloutreport.prune_runs(run_dir.parent, args["keep_runs"], run_dir.name, state)
         result.update(changed=False, ansible_facts={"sglang_summary": summary})
         return result
 

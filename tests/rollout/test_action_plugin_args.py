@@ -3,6 +3,7 @@ option and its allowed values, before they touch anything (real ansible-playbook
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def _play(tmp_path: Path, task: str) -> subprocess.CompletedProcess[str]:
+def _play(tmp_path: Path, task: str, *extra: str) -> subprocess.CompletedProcess[str]:
     book = tmp_path / "play.yml"
     book.write_text(f"- hosts: localhost\n  gather_facts: false\n  tasks:\n    - {task}\n")
     env = dict(
@@ -26,7 +27,7 @@ def _play(tmp_path: Path, task: str) -> subprocess.CompletedProcess[str]:
         PYTHONPATH=str(REPO),
     )
     return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book)],
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book), *extra],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -69,3 +70,26 @@ def test_right_arguments_write_the_summary(tmp_path):
     run = _play(tmp_path, f"rollout_summary: {{dir: {reports}, hosts: [h1], finished: 'true'}}")
     assert run.returncode == 0, run.stdout + run.stderr
     assert sorted(p.name for p in reports.iterdir()) == ["rollout-summary.json", "rollout-summary.md"]
+
+
+def test_a_check_run_prunes_no_report_history_and_says_what_a_real_run_would(tmp_path):
+    """At a run's last summary the report history is bounded (keep_runs), but ``--check`` removes
+    nothing: its summary names the folders a real run would remove; the real run removes them."""
+    reports = tmp_path / "reports"
+    for i, name in enumerate(["20261201T0000Z", "20261202T0000Z", "20261203T0000Z"]):
+        (reports / name / "hosts").mkdir(parents=True)
+        os.utime(reports / name, (1_700_000_000 + i, 1_700_000_000 + i))
+    current = reports / "20261204T0000Z"
+    current.mkdir()
+    task = f"rollout_summary: {{dir: {current}, hosts: [h1], finished: true, keep_runs: 2}}"
+    check = _play(tmp_path, task, "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert sorted(p.name for p in reports.iterdir()) == ["20261201T0000Z", "20261202T0000Z", "20261203T0000Z", current.name]
+    md = (current / "rollout-summary.md").read_text()
+    assert "would remove (--check: nothing removed) 2 older run folders: 20261201T0000Z, 20261202T0000Z." in md
+    history = json.loads((current / "rollout-summary.json").read_text())["history"]
+    assert history == {"keep_runs": 2, "removed": ["20261201T0000Z", "20261202T0000Z"], "check_mode": True}
+    real = _play(tmp_path, task)
+    assert real.returncode == 0, real.stdout + real.stderr
+    assert sorted(p.name for p in reports.iterdir()) == ["20261203T0000Z", current.name, "fleet-state.json", "fleet-state.json.lock"]
+    assert "removed 2 older run folders: 20261201T0000Z, 20261202T0000Z." in (current / "rollout-summary.md").read_text()

@@ -84,7 +84,9 @@ def test_records_are_written_whole_and_the_summary_sorts_the_hosts(tmp_path: Pat
     same = rr.final("h3", "run-7", False, HV | put_back)
     gone = rr.lost("h4", "run-7", False, HV | {"sglang_image_id": "sha256:c"})
     for r in (ok, bad, same, gone):
-        path = rr.write_record(run, r)
+        written = rr.write_record(run, r)
+    path = rr.record_path(run, "h4")
+    assert written == rr.read_record(path) and written["outcome"] == "unreachable"
     assert stat.S_IMODE(path.stat().st_mode) == 0o640 and not list(run.glob("hosts/*.tmp"))
     assert json.loads((run / "hosts" / "h2.json").read_text())["rolled_back"] is True
     s = rr.summarize(rr.read_records(run), ["h1", "h2", "h3", "h4", "h5"], "run-7", finished=True)
@@ -105,8 +107,9 @@ def test_stage_marks_carry_over_from_record_to_record_and_give_durations(tmp_pat
     run = tmp_path / "run-1"
     for stage in ("image", "server", "server", "gate"):
         rr.write_record(run, rr.in_progress("h1", "run-1", False, HV, stage), stage)
-    path = rr.write_record(run, rr.final("h1", "run-1", False, HV), "done")
-    rec = rr.read_record(path)
+    rec = rr.write_record(run, rr.final("h1", "run-1", False, HV), "done")
+    path = rr.record_path(run, "h1")
+    assert rr.read_record(path) == rec
     assert [(m["stage"], m["at"]) for m in rec["stages"]] == [
         ("image", 100.0), ("server", 112.5), ("gate", 112.9), ("done", 160.0),
     ]  # fmt: skip
