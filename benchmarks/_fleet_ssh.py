@@ -88,20 +88,26 @@ def stop_sshd() -> None:
     subprocess.run(["docker", "rm", "-f", SSHD], capture_output=True, check=False)
 
 
-def write_inventory(directory: Path, hosts: int, serial: list[int | str], gpu_checks: bool) -> Path:
+def write_inventory(
+    directory: Path, hosts: int, serial: list[int | str], gpu_checks: bool, distinct: bool = True
+) -> Path:
     """N SSH hosts, production-shaped (become, key, sudo); ``gpu_checks``: preflight asks nvidia-smi
-    (the recorded one-GPU H200, so the profile asks for 1 GPU of at least 100 GiB)."""
+    (the recorded one-GPU H200, so the profile asks for 1 GPU of at least 100 GiB).
+
+    ``distinct``: each host gets its own port, container, volume and state paths, as hosts that
+    share one machine's docker must when servers really start (the rollout stage), and every host
+    is then a settings set of its own (preflight's worst case). Without it the hosts differ only in
+    their address, as a fleet's hosts of one GPU profile do (their settings in group_vars)."""
     per_host = {
-        host_name(i): {
-            "ansible_host": address(i),
+        host_name(i): {"ansible_host": address(i)} | ({
             "sglang_server_port": BASE_PORT + i,
             "sglang_server_container_name": f"bench-sglang-{host_name(i)}",
             "flashinfer_cache_volume_prefix": f"bench-fic-{host_name(i)}",
             "sglang_server_state_dir": f"/tmp/rollout-bench/{host_name(i)}/state",
             "sglang_gate_secret_dir": f"/dev/shm/rollout-bench-{host_name(i)}",
-        }
+        } if distinct else {})
         for i in range(1, hosts + 1)
-    }
+    }  # fmt: skip
     return local_fleet.write_inventory(
         directory, per_host, serial,
         ansible_connection="ssh", ansible_port=SSH_PORT, ansible_user="deploy", ansible_become=True,
@@ -197,13 +203,17 @@ def host_stage_times(reports: Path) -> dict[str, float]:
     return {stage: round(statistics.median(v), 1) for stage, v in spans.items()}
 
 
-def cleanup(hosts: int) -> None:
-    names = [f"bench-sglang-{host_name(i)}" for i in range(1, hosts + 1)]
-    subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False)
-    vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", "name=bench-fic-bench-ssh-"],
+def remove(containers: list[str], volume_prefix: str) -> None:
+    """Remove a benchmark's server containers and every volume whose name starts with the prefix."""
+    subprocess.run(["docker", "rm", "-f", *containers], capture_output=True, check=False)
+    vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name={volume_prefix}"],
                           capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
     if vols:
         subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
+
+
+def cleanup(hosts: int) -> None:
+    remove([f"bench-sglang-{host_name(i)}" for i in range(1, hosts + 1)], "bench-fic-bench-ssh-")
 
 
 def measure(sizes: list[int], forks: int, rollout_hosts: int, check_max: int = 0, report: Any = None) -> list[StageRun]:
@@ -221,12 +231,15 @@ def measure(sizes: list[int], forks: int, rollout_hosts: int, check_max: int = 0
                     report(run)
 
             for n in sizes:
-                inv = write_inventory(work / f"preflight-{n}", n, [1, "25%"], gpu_checks=True)
+                inv = write_inventory(work / f"preflight-{n}", n, [1, "25%"], gpu_checks=True, distinct=False)
                 done(run_stage("preflight", inv, ["playbooks/preflight.yml"], forks, n))
+            # the worst case: every host a settings set of its own (the roles' checks run on each)
+            inv = write_inventory(work / "preflight-distinct", max(sizes), [1, "25%"], gpu_checks=True)
+            done(run_stage("preflight-distinct", inv, ["playbooks/preflight.yml"], forks, max(sizes)))
             for n in sizes:
                 if check_max and n > check_max:
                     continue
-                inv = write_inventory(work / f"check-{n}", n, [1, "25%"], gpu_checks=False)
+                inv = write_inventory(work / f"check-{n}", n, [1, "25%"], gpu_checks=False, distinct=False)
                 done(run_stage("check", inv, ["deploy.yml", "--check"], forks, n))
             if rollout_hosts:
                 cleanup(rollout_hosts)

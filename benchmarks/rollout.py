@@ -35,10 +35,8 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -115,17 +113,7 @@ def write_inventory(directory: Path, hosts: int, serial: list[int | str], gate_l
 
 
 def cleanup(hosts: int) -> None:
-    for i in range(1, hosts + 1):
-        name = f"bench-h{i:02d}"
-        subprocess.run(["docker", "rm", "-f", f"bench-sglang-{name}"], capture_output=True, check=False)
-        vols = subprocess.run(
-            ["docker", "volume", "ls", "-q", "--filter", f"name=bench-fic-{name}-"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.split()
-        if vols:
-            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
+    _fleet_ssh.remove([f"bench-sglang-bench-h{i:02d}" for i in range(1, hosts + 1)], "bench-fic-bench-h")
 
 
 @dataclass
@@ -145,21 +133,12 @@ class WaveRun:
 
 def wave(hosts: int, location: str) -> WaveRun:
     """All ``hosts`` in one batch (serial = hosts): the wave whose gates run at the same time."""
-    import resource
-
     cleanup(hosts)
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
         inventory = write_inventory(Path(tmp), hosts, [hosts], location)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.monotonic()
-        proc = subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "deploy.yml"],
-            cwd=ROOT, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        wall = time.monotonic() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if proc.returncode != 0:
-            print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n", file=sys.stderr)
+        run = _fleet_ssh.run_stage("wave", inventory, ["deploy.yml"], 0, hosts)
+        if run.rc != 0:
+            print(run.tail, file=sys.stderr)
         reports = [json.loads(p.read_text()) for p in sorted(Path(tmp, "reports").glob("*/*/report.json"))]
     cleanup(hosts)
     cpu = [r.get("gate_process", {}).get("cpu_s", 0.0) for r in reports]
@@ -170,8 +149,7 @@ def wave(hosts: int, location: str) -> WaveRun:
         if (r["phases"].get("throughput") or {}).get("spread")
     ]
     return WaveRun(
-        location=location, hosts=hosts, rc=proc.returncode, wall_s=round(wall, 1),
-        ansible_tree_cpu_s=round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
+        location=location, hosts=hosts, rc=run.rc, wall_s=run.wall_s, ansible_tree_cpu_s=run.cpu_s,
         gate_cpu_on_controller_s=round(sum(cpu) if location == "controller" else 0.0, 1),
         gate_cpu_on_hosts_s=round(sum(cpu) if location == "host" else 0.0, 1),
         wave_spread=Spread.of(throughput).spread if throughput else None,
@@ -208,19 +186,11 @@ def rollout(hosts: int, serial: list[int | str]) -> RolloutRun:
     cleanup(hosts)
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
         inventory = write_inventory(Path(tmp), hosts, serial)
-        started = time.monotonic()
-        proc = subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "deploy.yml"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        wall = time.monotonic() - started
-        if proc.returncode != 0:
-            print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n", file=sys.stderr)
+        run = _fleet_ssh.run_stage("rollout", inventory, ["deploy.yml"], 0, hosts)
+        if run.rc != 0:
+            print(run.tail, file=sys.stderr)
     cleanup(hosts)
-    return RolloutRun(hosts, len(batch_sizes(serial, hosts)), wall, proc.returncode)
+    return RolloutRun(hosts, len(batch_sizes(serial, hosts)), run.wall_s, run.rc)
 
 
 def project(runs: list[_fleet_ssh.StageRun], serial: list[int | str]) -> dict[str, Any]:
@@ -247,11 +217,11 @@ def project(runs: list[_fleet_ssh.StageRun], serial: list[int | str]) -> dict[st
 def fleet(args: argparse.Namespace) -> int:
     serial = _fleet_ssh.yaml_serial(args.serial)
     print("Fleet over SSH on this machine (loopback hosts of one sshd; TEST ENGINE servers; not a GPU fleet)")
-    print(f"{'stage':>9} {'hosts':>5} {'forks':>5} {'wall s':>7} {'s/host':>7} {'CPU s':>7} {'peak MiB':>8}  rc")
+    print(f"{'stage':>18} {'hosts':>5} {'forks':>5} {'wall s':>7} {'s/host':>7} {'CPU s':>7} {'peak MiB':>8}  rc")
 
     def row(r: _fleet_ssh.StageRun) -> None:
         print(
-            f"{r.stage:>9} {r.hosts:>5} {r.forks or '-':>5} {r.wall_s:>7.1f} {r.wall_s / r.hosts:>7.2f} "
+            f"{r.stage:>18} {r.hosts:>5} {r.forks or '-':>5} {r.wall_s:>7.1f} {r.wall_s / r.hosts:>7.2f} "
             f"{r.cpu_s:>7.1f} {r.peak_pss_mib:>8.0f}  {r.rc}",
             flush=True,
         )

@@ -25,7 +25,8 @@ def prune_runs(reports_dir: Path, keep: int, current: str, state: dict[str, Any]
     if keep < 1 or not reports_dir.is_dir():
         return []
     protected = {current} | {str(h.get("run_id")) for h in (state.get("hosts") or {}).values() if isinstance(h, dict)}
-    runs = sorted((p for p in reports_dir.iterdir() if p.name == current or is_run_folder(p)), key=lambda p: (p.stat().st_mtime, p.name))
+    runs = [p for p in reports_dir.iterdir() if p.name == current or is_run_folder(p)]
+    runs.sort(key=lambda p: (p.stat().st_mtime, p.name))
     old = [p for p in runs[: max(0, len(runs) - keep)] if p.name not in protected]
     for path in [] if dry_run else old:
         shutil.rmtree(path, ignore_errors=True)

@@ -71,7 +71,7 @@ run_pytest() {
   # The slowest tests of each stage are listed.
   # tests/benchmarks first: xdist hands out files in this order, and its client-overhead smoke
   # (about 150 s, mostly waiting on pip and the modelled engine) must not be the last to start.
-  local suites=(tests/benchmarks tests/sglang_real tests/validate tests/testengine tests/images tests/roles tests/rollout tests/hooks)
+  local suites=(tests/benchmarks tests/sglang_real tests/validate tests/testengine tests/images tests/roles tests/rollout tests/preflight tests/hooks)
   banner "pytest: not docker (2 workers)"
   pytest_or_fail -n 2 --dist loadfile -m "not docker" --durations=8 "${suites[@]}"
   if [ "$stage" = all ]; then start_instance_build; fi

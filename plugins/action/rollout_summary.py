@@ -57,7 +57,9 @@ class ActionModule(ActionBase):
             state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
             state = rolloutreport.finish_run(state_file, summary, check_mode) or rolloutreport.read_state(state_file)
             # a --check run removes nothing: it says what the real run would remove
-            pruned = rolloutreport.prune_runs(run_dir.parent, args["keep_runs"], run_dir.name, state, dry_run=check_mode)
+            pruned = rolloutreport.prune_runs(
+                run_dir.parent, args["keep_runs"], run_dir.name, state, dry_run=check_mode
+            )
             summary["history"] = {"keep_runs": args["keep_runs"], "removed": pruned, "check_mode": check_mode}
         markdown = render_markdown(self._loader, task_vars, summary)
         rolloutreport.write_summary(run_dir, summary, markdown)

@@ -5,6 +5,7 @@ ansible-lint's production profile are the lint stage of scripts/test.sh: one pla
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from roles_testlib import BIN, REPO, ansible_playbook, load_yaml, recorded_nvidi
 DEMO_VAULT_PASSWORD = "example-only-change-me"  # documented in inventory/example/group_vars/all/vault.yml
 
 
-def _example_preflight(tmp_path: Path, *extra: str):
+def _example_preflight(tmp_path: Path, *extra: str, inventory: str = "inventory/example"):
     """Preflight of inventory/example as written (ansible_become: true, no override), every host
     played by this machine (local connection, already root: become needs no sudo). Preflight reaches
     each host, so each "host" answers `nvidia-smi -q` with the recorded H200's output
@@ -24,7 +25,7 @@ def _example_preflight(tmp_path: Path, *extra: str):
     smi = recorded_nvidia_smi(tmp_path, gpus=8, total_mib=184320)
     return ansible_playbook(
         "-i",
-        "inventory/example",
+        inventory,
         "playbooks/preflight.yml",
         "--vault-password-file",
         str(password),
@@ -57,6 +58,24 @@ def test_example_preflight_stops_every_host_on_one_bad_value(tmp_path: Path) -> 
     )
     assert run.rc != 0
     assert "sglang_server_kv_cache_dtype must be one of: auto, fp8_e4m3, fp8_e5m2, bf16" in run.out
+
+
+def test_one_hosts_own_bad_setting_stops_preflight_though_its_group_shares_the_rest(tmp_path: Path) -> None:
+    """Preflight checks the roles' settings on one host per distinct set of settings: a host with a
+    host_vars setting of its own is a set of its own, and its bad value stops every host."""
+    inv = tmp_path / "example"
+    shutil.copytree(REPO / "inventory" / "example", inv)
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "gpu-host-05.example.internal.yml").write_text("sglang_server_kv_cache_dtype: fp9\n")
+    run = _example_preflight(tmp_path, inventory=str(inv))
+    assert run.rc != 0
+    flat = " ".join(run.out.split())
+    assert "fatal: [gpu-host-05.example.internal]: FAILED!" in run.out
+    assert "value of sglang_server_kv_cache_dtype must be one of: auto, fp8_e4m3, fp8_e5m2, bf16, got: fp9" in flat
+    # checked: the first host of each group and gpu-host-05, a set of its own; the others skip the checks
+    assert "check_settings.yml for gpu-host-01.example.internal, gpu-host-05.example.internal, b200-host-01" in run.out
+    assert all(counts["changed"] == 0 for counts in run.recap.values())
+    assert "PLAY [Roll out" not in run.out
 
 
 def _same(a: object, b: object) -> bool:

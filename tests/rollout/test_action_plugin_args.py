@@ -84,12 +84,15 @@ def test_a_check_run_prunes_no_report_history_and_says_what_a_real_run_would(tmp
     task = f"rollout_summary: {{dir: {current}, hosts: [h1], finished: true, keep_runs: 2}}"
     check = _play(tmp_path, task, "--check")
     assert check.returncode == 0, check.stdout + check.stderr
-    assert sorted(p.name for p in reports.iterdir()) == ["20261201T0000Z", "20261202T0000Z", "20261203T0000Z", current.name]
+    older = ["20261201T0000Z", "20261202T0000Z", "20261203T0000Z"]
+    assert sorted(p.name for p in reports.iterdir()) == [*older, current.name]
     md = (current / "rollout-summary.md").read_text()
     assert "would remove (--check: nothing removed) 2 older run folders: 20261201T0000Z, 20261202T0000Z." in md
     history = json.loads((current / "rollout-summary.json").read_text())["history"]
     assert history == {"keep_runs": 2, "removed": ["20261201T0000Z", "20261202T0000Z"], "check_mode": True}
     real = _play(tmp_path, task)
     assert real.returncode == 0, real.stdout + real.stderr
-    assert sorted(p.name for p in reports.iterdir()) == ["20261203T0000Z", current.name, "fleet-state.json", "fleet-state.json.lock"]
-    assert "removed 2 older run folders: 20261201T0000Z, 20261202T0000Z." in (current / "rollout-summary.md").read_text()
+    left = sorted(p.name for p in reports.iterdir())
+    assert left == ["20261203T0000Z", current.name, "fleet-state.json", "fleet-state.json.lock"]
+    md = (current / "rollout-summary.md").read_text()
+    assert "removed 2 older run folders: 20261201T0000Z, 20261202T0000Z." in md
