@@ -216,9 +216,11 @@ def cleanup(hosts: int) -> None:
     remove([f"bench-sglang-{host_name(i)}" for i in range(1, hosts + 1)], "bench-fic-bench-ssh-")
 
 
-def measure(sizes: list[int], forks: int, rollout_hosts: int, check_max: int = 0, report: Any = None) -> list[StageRun]:
-    """preflight for each size, check mode for each size up to ``check_max`` (0: all), then one
-    real rollout of ``rollout_hosts`` hosts; ``report`` gets each StageRun as it ends."""
+def measure(
+    sizes: list[int], forks: int, rollout_hosts: int, check_max: int = 0, report: Any = None, repeat: int = 1
+) -> list[StageRun]:
+    """preflight for each size (``repeat`` times), check mode for each size up to ``check_max``
+    (0: all), then one real rollout of ``rollout_hosts`` hosts; ``report`` gets each StageRun as it ends."""
     runs: list[StageRun] = []
     with tempfile.TemporaryDirectory(prefix="rollout-bench-ssh-") as tmp:
         work = Path(tmp)
@@ -232,7 +234,8 @@ def measure(sizes: list[int], forks: int, rollout_hosts: int, check_max: int = 0
 
             for n in sizes:
                 inv = write_inventory(work / f"preflight-{n}", n, [1, "25%"], gpu_checks=True, distinct=False)
-                done(run_stage("preflight", inv, ["playbooks/preflight.yml"], forks, n))
+                for _ in range(repeat):
+                    done(run_stage("preflight", inv, ["playbooks/preflight.yml"], forks, n))
             # the worst case: every host a settings set of its own (the roles' checks run on each)
             inv = write_inventory(work / "preflight-distinct", max(sizes), [1, "25%"], gpu_checks=True)
             done(run_stage("preflight-distinct", inv, ["playbooks/preflight.yml"], forks, max(sizes)))

@@ -1,13 +1,14 @@
-"""Mutation testing of validate/ with mutmut: the kill ratio per module, and the survivors.
+"""Mutation testing with mutmut (validate/, preflight/, rolloutreport/): kill ratio per module, survivors.
 
 Why: a test suite that stays green when the code under it is broken protects nothing
 (30 of 54 planted bugs once left the suite green). mutmut changes one operator, constant
 or argument at a time and reruns the tests that cover that function; a mutant that no test
-notices "survives". Not in CI (minutes of CPU); run it after changing validate/ or its tests:
+notices "survives". Not in CI (minutes of CPU); run it after changing one of those packages or its tests:
 
     .venv/bin/python benchmarks/mutation.py            # runs mutmut, prints the table
     .venv/bin/python benchmarks/mutation.py --no-run   # only reads the last run's results
     .venv/bin/python benchmarks/mutation.py --modules client,gate   # only those modules' mutants
+    .venv/bin/python benchmarks/mutation.py --package preflight     # preflight/'s modules (default validate)
 
 Configuration (which tests, which files): [tool.mutmut] in pyproject.toml. Results are
 written to benchmarks/results/mutation-<date>.json (per module: killed, survived, untested,
@@ -42,7 +43,7 @@ def results() -> dict[str, Counter[str]]:
     per: dict[str, Counter[str]] = defaultdict(Counter)
     survivors: dict[str, list[str]] = defaultdict(list)
     for line in out.stdout.splitlines():
-        m = re.match(r"\s*(validate\.\w+)\.\S+__mutmut_\d+: (.+)$", line)
+        m = re.match(r"\s*((?:validate|preflight|rolloutreport)\.\w+)\.\S+__mutmut_\d+: (.+)$", line)
         if not m:
             continue
         module, status = m.group(1), m.group(2).strip()
@@ -59,19 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-run", action="store_true", help="read the last run's results only")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--modules", default="", help="comma list of validate modules to mutate (default: all)")
+    ap.add_argument("--package", default="validate", choices=["validate", "preflight", "rolloutreport"])
+    ap.add_argument("--modules", default="", help="comma list of the package's modules to mutate (default: all)")
     args = ap.parse_args(argv)
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     if not args.no_run:
         shutil.rmtree(REPO / "mutants", ignore_errors=True)
-        patterns = [f"validate.{m}.*" for m in modules]
+        patterns = [f"{args.package}.{m}.*" for m in modules] or [f"{args.package}.*"]
         subprocess.run(
             [str(MUTMUT), "run", "--max-children", str(args.jobs), *patterns],
             cwd=REPO,
             check=False,
             stdout=subprocess.DEVNULL,
         )
-    per = results()
+    per = {k: v for k, v in results().items() if k.split(".", 1)[0] == args.package}
     if modules:
         per = {k: v for k, v in per.items() if k.split(".", 1)[1] in modules}
     rows = []
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         flag = "" if ratio >= TARGET else f"  (below {TARGET:.0%})"
         print(f"{module:<22} {total:>8} {c['killed']:>7} {c['survived']:>9} {c['untested']:>9} {ratio:>10.1%}{flag}")
-    part = ("-" + "-".join(sorted(modules))) if modules else ""
+    part = "" if args.package == "validate" else f"-{args.package}"
+    part += ("-" + "-".join(sorted(modules))) if modules else ""
     out = REPO / "benchmarks" / "results" / f"mutation-{datetime.date.today().isoformat()}{part}.json"
     out.write_text(json.dumps({"tool": "mutmut", "target": TARGET, "modules": rows}, indent=1) + "\n")
     print(f"survivors per module: {out.relative_to(REPO)}")

@@ -195,7 +195,11 @@ def rollout(hosts: int, serial: list[int | str]) -> RolloutRun:
 
 def project(runs: list[_fleet_ssh.StageRun], serial: list[int | str]) -> dict[str, Any]:
     """The wall time of a rollout of the largest measured count, from the measured parts (module doc)."""
-    pre = {r.hosts: r for r in runs if r.stage == "preflight"}
+    pre_runs: dict[int, list[float]] = {}
+    for r in runs:
+        if r.stage == "preflight":
+            pre_runs.setdefault(r.hosts, []).append(r.wall_s)
+    pre = {n: statistics.median(v) for n, v in pre_runs.items()}  # repeated runs: their median
     check = {r.hosts: r for r in runs if r.stage == "check"}
     rollout = next((r for r in runs if r.stage == "rollout"), None)
     if not pre or not rollout or not rollout.host_stage_s:
@@ -208,9 +212,9 @@ def project(runs: list[_fleet_ssh.StageRun], serial: list[int | str]) -> dict[st
     sizes = batch_sizes(serial, n)
     batches = [round(one_host + (size - 1) * per_host, 1) for size in sizes]
     return {
-        "hosts": n, "serial": serial, "batch_sizes": sizes, "preflight_s": pre[n].wall_s, "check_hosts": [small, big],
+        "hosts": n, "serial": serial, "batch_sizes": sizes, "preflight_s": pre[n], "check_hosts": [small, big],
         "one_host_rollout_s": round(one_host, 1), "per_extra_host_s": round(per_host, 3),
-        "batch_s": batches, "projected_s": round(pre[n].wall_s + sum(batches), 1),
+        "batch_s": batches, "projected_s": round(pre[n] + sum(batches), 1),
     }  # fmt: skip
 
 
@@ -228,7 +232,15 @@ def fleet(args: argparse.Namespace) -> int:
         if r.rc:
             print(r.tail[-3000:], file=sys.stderr, flush=True)
 
-    runs = _fleet_ssh.measure(args.hosts, args.forks, args.rollout_hosts, args.check_max, report=row)
+    runs = _fleet_ssh.measure(
+        args.hosts, args.forks, args.rollout_hosts, args.check_max, report=row, repeat=args.repeat
+    )
+    for n in sorted({r.hosts for r in runs if r.stage == "preflight"}):
+        walls = [r.wall_s for r in runs if r.stage == "preflight" and r.hosts == n]
+        if len(walls) > 1:
+            spread = Spread.of(walls)
+            print(f"preflight {n} hosts over {len(walls)} runs: median {statistics.median(walls):.1f} s, "
+                  f"min {min(walls):.1f}, max {max(walls):.1f}, spread {(spread.spread or 0) * 100:.0f} %")  # fmt: skip
     rollout = next((r for r in runs if r.stage == "rollout"), None)
     if rollout:
         print("one host's rollout stages (median s over its hosts):", json.dumps(rollout.host_stage_s))
@@ -253,6 +265,7 @@ def main() -> int:
     parser.add_argument("--forks", type=int, default=0, help="ANSIBLE_FORKS (default: ansible.cfg's)")
     parser.add_argument("--rollout-hosts", type=int, default=3, help="hosts of the real rollout stage (0: none)")
     parser.add_argument("--check-max", type=int, default=0, help="check mode only up to this many hosts (0: all)")
+    parser.add_argument("--repeat", type=int, default=1, help="preflight runs per host count (their spread)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--local", action="store_true", help="local-connection rollouts: wall time vs batches")
     parser.add_argument("--compare-locations", action="store_true", help="gates on the controller vs on the hosts")

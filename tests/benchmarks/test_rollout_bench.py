@@ -42,7 +42,8 @@ def _run(stage: str, hosts: int, wall: float, **kw) -> fs.StageRun:
 def test_the_projection_adds_preflight_and_each_batch_from_the_measured_parts():
     runs = [
         _run("preflight", 10, 8.0), _run("check", 10, 30.0),
-        _run("preflight", 200, 60.0), _run("check", 200, 220.0),
+        _run("preflight", 200, 75.0), _run("preflight", 200, 60.0), _run("preflight", 200, 40.0),  # median 60
+        _run("check", 200, 220.0),
         _run("rollout", 3, 200.0, host_stage_s={"image": 10.0, "server": 20.0, "gate": 90.0}),
     ]  # fmt: skip
     p = rb.project(runs, [1, 5, "25%"])
@@ -51,7 +52,7 @@ def test_the_projection_adds_preflight_and_each_batch_from_the_measured_parts():
     assert p["batch_s"] == [120.0, 124.0, 169.0, 169.0, 169.0, 163.0]
     assert p["projected_s"] == 60.0 + 120 + 124 + 169 * 3 + 163
     # nothing to project from without a real rollout's stage times
-    assert rb.project(runs[:4], [1]) == {}
+    assert rb.project(runs[:6], [1]) == {}
 
 
 def test_stage_times_are_the_median_over_the_hosts_records(tmp_path: Path):
@@ -80,3 +81,7 @@ def test_the_fleet_inventory_is_production_shaped(tmp_path: Path):
     group = yaml.safe_load((inv / "group_vars/all/main.yml").read_text())
     assert (group["ansible_connection"], group["ansible_user"], group["ansible_become"]) == ("ssh", "deploy", True)
     assert group["sglang_gpu_host_prepare"] is True and group["ansible_port"] == fs.SSH_PORT
+    shared = fs.write_inventory(tmp_path / "shared", 3, [1, "25%"], gpu_checks=True, distinct=False)
+    hosts = yaml.safe_load((shared / "hosts.yml").read_text())["all"]["children"]["sglang_servers"]["hosts"]
+    # a fleet's hosts of one profile: only the address differs (preflight checks one settings set)
+    assert hosts["bench-ssh-h003"] == {"ansible_host": "127.0.1.3"} and len(hosts) == 3
