@@ -164,7 +164,9 @@ class StageRun:
 
 def run_stage(stage: str, inventory: Path, args: list[str], forks: int, hosts: int) -> StageRun:
     """ansible-playbook with ``args`` on ``inventory``; samples the tree's PSS while it runs."""
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+    # a fresh SSH ControlPath dir per run: no run reuses the connections (ControlPersist) of the one before
+    control = tempfile.mkdtemp(prefix="rollout-bench-cp-")
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_SSH_CONTROL_PATH_DIR": control}
     if forks:
         env["ANSIBLE_FORKS"] = str(forks)
     before = os.times()
@@ -189,6 +191,7 @@ def run_stage(stage: str, inventory: Path, args: list[str], forks: int, hosts: i
     wall = time.monotonic() - started
     after = os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    shutil.rmtree(control, ignore_errors=True)
     return StageRun(stage, hosts, forks, proc.returncode, round(wall, 1), round(cpu, 1), round(peak[0] / 1024, 1),
                     tail="" if proc.returncode == 0 else out[-4000:])  # fmt: skip
 

@@ -29,6 +29,7 @@ SHARED = frozenset({
     "sglang_preflight_min_free_gb", "sglang_preflight_disk_path", "sglang_preflight_min_driver",
     "sglang_rollout_host_lock_stale_s", "sglang_rollout_state_file", "sglang_rollout_left_drained",
     "sglang_gpu_min_memory_gib", "sglang_rollout_keep_runs", "sglang_rollout_rollback",
+    "sglang_rollout_hosts", "sglang_rollout_canaries", "sglang_rollout_canary_done",
 })  # fmt: skip
 # libyaml's loader where PyYAML has it
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

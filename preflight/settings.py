@@ -20,7 +20,10 @@ from typing import Any
 
 PREFIXES = ("sglang_", "flashinfer_cache_", "gpu_host_")
 # set by the rollout's own plays while they run, not settings: never part of a host's key
-RUN_STATE = frozenset({"sglang_rollout_run_id", "sglang_rollout_pending", "sglang_rollout_left_drained"})
+RUN_STATE = frozenset({
+    "sglang_rollout_run_id", "sglang_rollout_pending", "sglang_rollout_left_drained", "sglang_rollout_hosts",
+    "sglang_rollout_canaries", "sglang_rollout_canary_done",
+})  # fmt: skip
 
 
 def settings_key(hv: Mapping[str, Any]) -> str:

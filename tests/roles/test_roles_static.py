@@ -46,6 +46,9 @@ def test_example_inventory_passes_preflight(tmp_path: Path) -> None:
     run = _example_preflight(tmp_path)
     assert run.rc == 0, run.out
     assert run.recap["gpu-host-08.example.internal"]["failed"] == 0
+    # one canary per GPU profile (sglang_gate_baseline_group): the first host of each group
+    assert "(item=rtx_pro_6000: gpu-host-01.example.internal)" in run.out
+    assert "(item=b200: b200-host-01.example.internal)" in run.out
 
 
 def test_example_preflight_stops_every_host_on_one_bad_value(tmp_path: Path) -> None:

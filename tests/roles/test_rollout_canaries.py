@@ -1,0 +1,113 @@
+"""One canary per GPU profile: the first host of each sglang_gate_baseline_group rolls first, all
+canaries at once, before any wave; a failed canary stops the rollout before any other host.
+
+Real `ansible-playbook deploy.yml` over three test-engine hosts on this machine (local connection,
+each with its own container, port and cache volume): c-h1 and c-h2 in profile "g1", c-h3 in "g2",
+serial [1, "100%"]. Without per-profile canaries c-h3 would first be deployed in the 100 % wave.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from roles_testlib import BIN, REPO, ansible_env, docker_ok
+
+from testengine.local_fleet import gate_config, write_inventory
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow,
+              pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]  # fmt: skip
+
+HOSTS = {"c-h1": "g1", "c-h2": "g1", "c-h3": "g2"}
+BASE_PORT = 31760
+
+
+def _inventory(tmp: Path, faulty: str = "") -> Path:
+    inv = tmp / "inventory"
+    (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    hosts = {}
+    for i, (name, profile) in enumerate(HOSTS.items()):
+        hosts[name] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "sglang_server_port": BASE_PORT + i,
+            "sglang_server_container_name": f"canary-sglang-{name}",
+            "flashinfer_cache_volume_prefix": f"canary-fic-{name}",
+            "sglang_server_state_dir": str(tmp / "state" / name),
+            "sglang_gate_baseline_group": profile,
+        }
+    if faulty:  # its server dies under the gate's load: its gate fails
+        hosts[faulty]["sglang_test_engine_env"] = {
+            "TEST_ENGINE_FAULT": "crash_above:8",
+            "TEST_ENGINE_COLD_START_S": "1",
+        }
+    write_inventory(
+        inv, hosts, [1, "100%"],
+        sglang_reports_dir=str(tmp / "reports"), sglang_gate_config=gate_config(baseline={"tolerance": 0.5}),
+    )  # fmt: skip
+    return inv
+
+
+def _deploy(inv: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "-e", f"sglang_run_id={run_id}"],
+        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+def _cleanup() -> None:
+    for name in HOSTS:
+        subprocess.run(["docker", "rm", "-f", f"canary-sglang-{name}"], capture_output=True, check=False)
+        vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=canary-fic-{name}-"],
+                              capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+        if vols:
+            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
+
+
+def _record(tmp: Path, run_id: str, host: str) -> dict:
+    return json.loads((tmp / "reports" / run_id / "hosts" / f"{host}.json").read_text())
+
+
+def test_each_profile_has_its_canary_before_any_wave(tmp_path):
+    _cleanup()
+    try:
+        run = _deploy(_inventory(tmp_path), "20261206T100000Z")
+        log = run.stdout + run.stderr
+        assert run.returncode == 0, log[-5000:]
+        canaries = log.index("PLAY [Canaries - one host of each GPU profile, before any wave]")
+        wave = log.index("PLAY [Roll out host by host (canary first)]")
+        assert "[c-h1]" in log[canaries:wave] and "[c-h3]" in log[canaries:wave], log[canaries:wave][-3000:]
+        assert "[c-h2]" not in log[canaries:wave]
+        summary = json.loads((tmp_path / "reports" / "20261206T100000Z" / "rollout-summary.json").read_text())
+        assert sorted(summary["moved"]) == ["c-h1", "c-h2", "c-h3"] and summary["failed"] == [], summary
+        h2, h3 = (_record(tmp_path, "20261206T100000Z", h) for h in ("c-h2", "c-h3"))
+        # c-h3, the canary of g2, was done before c-h2 (a g1 host of the wave) started
+        assert h3["stages"][-1]["stage"] == "done" and h3["stages"][-1]["at"] <= h2["stages"][0]["at"], (h2, h3)
+        # both canaries passed their gates against their own profile's reference
+        assert sorted(p.name for p in (tmp_path / "reports").glob("baseline-*.json")) == [
+            "baseline-g1.json",
+            "baseline-g2.json",
+        ]
+    finally:
+        _cleanup()
+
+
+def test_a_failed_canary_stops_every_profile_before_the_wave(tmp_path):
+    _cleanup()
+    try:
+        run = _deploy(_inventory(tmp_path, faulty="c-h3"), "20261206T110000Z")
+        log = run.stdout + run.stderr
+        assert run.returncode != 0, log[-5000:]
+        # the failed canary ends the run in its own play: no wave starts
+        assert "fatal: [c-h3]" in log and "PLAY [Roll out host by host (canary first)]" not in log, log[-5000:]
+        summary = json.loads((tmp_path / "reports" / "20261206T110000Z" / "rollout-summary.json").read_text())
+        assert summary["failed"] == ["c-h3"] and summary["not_reached"] == ["c-h2"], summary
+        assert summary["moved"] == ["c-h1"], summary
+        out = subprocess.run(["docker", "ps", "-a", "--filter", "name=canary-sglang-c-h2", "-q"],
+                             capture_output=True, text=True, check=False).stdout  # fmt: skip
+        assert out.strip() == ""  # c-h2 never got a server
+    finally:
+        _cleanup()
