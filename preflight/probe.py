@@ -68,7 +68,9 @@ class HostProbe:
 
 def parse_sections(stdout: str) -> dict[str, Section]:
     """The marker-framed sections of the probe's output (text before the first marker is dropped:
-    sudo's or a login banner's)."""
+    sudo's or a login banner's). Over SSH with become, Ansible runs the command on a pty, so its
+    lines end in CRLF: they are read as LF."""
+    stdout = stdout.replace("\r\n", "\n")
     heads = list(_HEADER.finditer(stdout))
     out: dict[str, Section] = {}
     for i, head in enumerate(heads):

@@ -87,6 +87,19 @@ def _smi(probe: HostProbe) -> Smi | None:
     return parse_smi(section.out) if section is not None and section.rc == 0 else None
 
 
+def probe_complete(s: Settings, probe: HostProbe) -> str | None:
+    """Every answer the other rules read is there: a rule with nothing to read would pass silently."""
+    wanted = ["uid", "df", "nvidia-smi" if s.gpu_host_prepare else "docker"]
+    missing = [name for name in wanted if probe.get(name) is None]
+    if not missing:
+        return None
+    got = ", ".join(probe.sections) or "nothing framed"
+    return (
+        f"the host's answer to the preflight probe has no {', '.join(missing)} section (got: {got}); "
+        "run the probe by hand to see why: ansible HOST -m rollout_probe -a 'docker=true'"
+    )
+
+
 def engine_choice(s: Settings, probe: HostProbe) -> str | None:
     if s.engine in ENGINES:
         return None
@@ -107,7 +120,7 @@ def docker_answers(s: Settings, probe: HostProbe) -> str | None:
     docker = probe.get("docker")
     if s.gpu_host_prepare or (docker is not None and docker.rc == 0):
         return None
-    said = docker.out.strip()[:300] if docker is not None else "it was not asked"
+    said = docker.out.strip()[:300] if docker is not None else "no answer"
     return (
         f"docker does not answer: {said}. Start the docker engine (scripts/setup.sh does it here) or set "
         "sglang_gpu_host_prepare: true to install it."
@@ -204,6 +217,7 @@ def fabric_up(s: Settings, probe: HostProbe) -> str | None:
 
 
 RULES: dict[str, Rule] = {
+    "probe_complete": probe_complete,
     "engine_choice": engine_choice,
     "become_makes_root": become_makes_root,
     "docker_answers": docker_answers,
@@ -248,8 +262,8 @@ def judge_host(settings: Settings, probe: HostProbe, unknown: list[str] | None =
             f"unknown variable(s): {', '.join(unknown)}. No role reads them, so they would be silently ignored. "
             "The supported names are in roles/*/defaults/main.yml and roles/README.md."
         )))  # fmt: skip
-    if probe.message:
-        out.append(Refusal("probe", probe.message))
+    if probe.message:  # the probe itself failed (sudo refused...): nothing to judge the rules on
+        return [*out, Refusal("probe", probe.message)]
     for name, rule in RULES.items():
         said = rule(settings, probe)
         if said:

@@ -198,3 +198,24 @@ def test_hosts_with_the_same_settings_are_one_set_and_any_difference_makes_its_o
 
 def test_the_marker_is_the_one_the_script_prints() -> None:
     assert re.search(rf"printf '%s %s rc=%s\\n%s\\n' \"{MARK}\"", preflight.SCRIPT)
+
+
+def test_crlf_answers_over_ssh_with_become_are_read_and_a_missing_answer_is_refused() -> None:
+    """Over SSH with become Ansible runs the probe on a pty: CRLF lines (seen on the benchmark's
+    sshd). Before this was read, no section matched and every rule passed with nothing to read."""
+    out = (
+        "@@preflight uid rc=0\r\n0\r\n@@preflight df rc=0\r\n"
+        + DF.replace("\n", "\r\n")
+        + "\r\n@@preflight docker rc=0\r\n20.10.24\r\n"
+    )
+    probe = preflight.parse_probe({"rc": 0, "stdout": out})
+    assert probe.sections == {"uid": Section(0, "0"), "df": Section(0, DF), "docker": Section(0, "20.10.24")}
+    assert _refusals(preflight.Settings(gpu_host_prepare=False), probe) == {}
+    # a GPU host's answer without nvidia-smi, and an answer with no frame at all, are refused
+    said = _refusals(preflight.Settings(), probe)
+    assert said == {"probe_complete": "the host's answer to the preflight probe has no nvidia-smi section (got: uid, df, docker); "
+                    "run the probe by hand to see why: ansible HOST -m rollout_probe -a 'docker=true'"}  # fmt: skip
+    bare = preflight.parse_probe({"rc": 0, "stdout": "Last login: today\r\n"})
+    assert _refusals(preflight.Settings(), bare)["probe_complete"].startswith(
+        "the host's answer to the preflight probe has no uid, df, nvidia-smi section (got: nothing framed)"
+    )
