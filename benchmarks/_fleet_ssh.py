@@ -199,6 +199,8 @@ def run_stage(stage: str, inventory: Path, args: list[str], forks: int, hosts: i
 def host_stage_times(reports: Path) -> dict[str, float]:
     """Median seconds per rollout stage over the hosts of a real run (each record's stage marks)."""
     spans: dict[str, list[float]] = {}
+    if not reports.is_dir():  # the run stopped before any host record (its tail says why)
+        return {}
     for run_dir in sorted(p for p in reports.iterdir() if p.is_dir()):
         for record in rolloutreport.read_records(run_dir):
             for stage, seconds in rolloutreport.stage_durations(record).items():
