@@ -28,7 +28,13 @@ HOSTS = ["u-h1", "u-h2", "u-h3", "u-h4"]
 BASE_PORT = 31700
 
 
-def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None, h2_gone: bool = False) -> Path:
+def _inventory(
+    tmp: Path,
+    h2_reachable: bool,
+    serial: list[int] | None = None,
+    h2_gone: bool = False,
+    lost: tuple[str, ...] = ("u-h2",),
+) -> Path:
     inv = tmp / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     hosts = {}
@@ -41,10 +47,10 @@ def _inventory(tmp: Path, h2_reachable: bool, serial: list[int] | None = None, h
             "flashinfer_cache_volume_prefix": f"unreach-fic-{name}",
             "sglang_server_state_dir": str(tmp / "state" / name),
         }
-    if not h2_reachable:
+    for name in () if h2_reachable else lost:
         # Reachable for preflight, gone once its rollout starts (an SSH port nobody answers on): the
         # connection is chosen per task from the stage marker the rollout sets.
-        hosts["u-h2"].update(
+        hosts[name].update(
             ansible_connection="{{ 'ssh' if sglang_rollout_stage is defined else 'local' }}",
             ansible_host="127.0.0.1", ansible_port=1, ansible_ssh_common_args="-o ConnectTimeout=3",
         )  # fmt: skip
@@ -135,26 +141,49 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         _cleanup()
 
 
-def test_a_batch_lost_whole_is_still_named_in_the_summary(tmp_path):
-    """u-h2 alone in its batch (serial [1, 1, 2]): Ansible ends the whole run when it is lost, so no
-    task of the rollout can record it; the rollout_lost callback does (plugins/callback)."""
+def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_time(tmp_path):
+    """u-h2 and u-h3 make up a batch (serial [1, 2, 1]) and both are lost: Ansible ends the whole
+    run, so no task of the rollout can record them; the rollout_lost callback does
+    (plugins/callback). The next run finishes both in its repair play at the same time (one play,
+    no serial: their stage spans overlap), before u-h4 is touched."""
     _cleanup()
     try:
-        run = _deploy(_inventory(tmp_path, h2_reachable=False, serial=[1, 1, 2]), "20261203T120000Z")
+        run = _deploy(_inventory(tmp_path, h2_reachable=False, serial=[1, 2, 1], lost=("u-h2", "u-h3")),
+                      "20261203T120000Z")  # fmt: skip
         log = run.stdout + run.stderr
         assert run.returncode == 4, log[-4000:]  # unreachable: Ansible ended the run itself
         run_dir = tmp_path / "reports" / "20261203T120000Z"
         summary = json.loads((run_dir / "rollout-summary.json").read_text())
-        assert summary["unreachable"] == ["u-h2"] and summary["finished"] is False, summary
-        assert summary["not_reached"] == ["u-h3", "u-h4"] and summary["unchanged"] + summary["moved"] == ["u-h1"]
-        h2 = json.loads((run_dir / "hosts" / "u-h2.json").read_text())
-        assert h2["outcome"] == "unreachable" and h2["stage"] == "gpu_host"
-        assert h2["failure"] == "unreachable during gpu_host"
-        assert h2["failed_task"] and "The next run finishes this host first" in h2["messages"][0]
+        assert summary["unreachable"] == ["u-h2", "u-h3"] and summary["finished"] is False, summary
+        assert summary["not_reached"] == ["u-h4"] and summary["unchanged"] + summary["moved"] == ["u-h1"]
+        for name in ("u-h2", "u-h3"):
+            rec = json.loads((run_dir / "hosts" / f"{name}.json").read_text())
+            assert rec["outcome"] == "unreachable" and rec["stage"] == "gpu_host", rec
+            assert rec["failure"] == "unreachable during gpu_host"
+            assert rec["failed_task"] and "The next run finishes this host first" in rec["messages"][0]
         md = (run_dir / "rollout-summary.md").read_text()
-        assert "**Stopped**: u-h2 became unreachable" in md and "UNREACHABLE during gpu_host" in md
-        assert "ROLLOUT STOPPED: u-h2 became unreachable during gpu_host" in log
-        assert _running("u-h1") and not _running("u-h3")
+        assert "**Stopped**: u-h2, u-h3 became unreachable; the next run finishes them first." in md, md
+        assert "UNREACHABLE during gpu_host" in md, md
+        for name in ("u-h2", "u-h3"):
+            assert f"ROLLOUT STOPPED: {name} became unreachable during gpu_host" in log, log[-3000:]
+        assert _running("u-h1") and not _running("u-h2") and not _running("u-h4")
+
+        second = _deploy(_inventory(tmp_path, h2_reachable=True), "20261203T123000Z")
+        log = second.stdout + second.stderr
+        assert second.returncode == 0, log[-4000:]
+        repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
+        main = log.index("PLAY [Roll out host by host (canary first)]")
+        assert "u-h4" not in log[repair:main]
+        run2 = tmp_path / "reports" / "20261203T123000Z"
+        spans = {}
+        for name in ("u-h2", "u-h3"):
+            marks = json.loads((run2 / "hosts" / f"{name}.json").read_text())["stages"]
+            assert marks[-1]["stage"] == "done" and marks[0]["stage"] == "gpu_host", marks
+            spans[name] = (marks[0]["at"], marks[-1]["at"])
+        (a0, a1), (b0, b1) = spans["u-h2"], spans["u-h3"]
+        assert a0 < b1 and b0 < a1, spans  # one at a time would put one host's start after the other's end
+        assert json.loads((run2 / "rollout-summary.json").read_text())["unreachable"] == []
+        assert all(_running(h) for h in HOSTS)
     finally:
         _cleanup()
 
