@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,25 @@ def ansible_playbook(*args: str, timeout: int = 600) -> Run:
     out = proc.stdout + proc.stderr
     recap = {m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")} for m in RECAP.finditer(out)}
     return Run(proc.returncode, out, recap)
+
+
+def deploy(inventory: Path, run_id: str, *more: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook -i inventory deploy.yml`` as an operator runs it, with this run id."""
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), "deploy.yml", "-e", f"sglang_run_id={run_id}", *more],
+        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def remove_test_fleet(hosts: Iterable[str], prefix: str) -> None:
+    """Remove the containers ``<prefix>-sglang-<host>`` and cache volumes ``<prefix>-fic-<host>-*``
+    a test-engine fleet test made (testengine.local_fleet names them so)."""
+    for name in hosts:
+        subprocess.run(["docker", "rm", "-f", f"{prefix}-sglang-{name}"], capture_output=True, check=False)
+        vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name={prefix}-fic-{name}-"],
+                              capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+        if vols:
+            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
 
 
 def load_yaml(path: Path) -> Any:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from roles_testlib import BIN, REPO, ansible_env, docker_ok
+from roles_testlib import deploy, docker_ok, remove_test_fleet
 
 from testengine.local_fleet import gate_config, write_inventory
 
@@ -51,20 +51,8 @@ def _inventory(tmp: Path, faulty: str = "") -> Path:
     return inv
 
 
-def _deploy(inv: Path, run_id: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "-e", f"sglang_run_id={run_id}"],
-        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-
-
 def _cleanup() -> None:
-    for name in HOSTS:
-        subprocess.run(["docker", "rm", "-f", f"canary-sglang-{name}"], capture_output=True, check=False)
-        vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=canary-fic-{name}-"],
-                              capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
-        if vols:
-            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
+    remove_test_fleet(HOSTS, "canary")
 
 
 def _record(tmp: Path, run_id: str, host: str) -> dict:
@@ -74,7 +62,7 @@ def _record(tmp: Path, run_id: str, host: str) -> dict:
 def test_each_profile_has_its_canary_before_any_wave(tmp_path):
     _cleanup()
     try:
-        run = _deploy(_inventory(tmp_path), "20261206T100000Z")
+        run = deploy(_inventory(tmp_path), "20261206T100000Z")
         log = run.stdout + run.stderr
         assert run.returncode == 0, log[-5000:]
         canaries = log.index("PLAY [Canaries - one host of each GPU profile, before any wave]")
@@ -98,7 +86,7 @@ def test_each_profile_has_its_canary_before_any_wave(tmp_path):
 def test_a_failed_canary_stops_every_profile_before_the_wave(tmp_path):
     _cleanup()
     try:
-        run = _deploy(_inventory(tmp_path, faulty="c-h3"), "20261206T110000Z")
+        run = deploy(_inventory(tmp_path, faulty="c-h3"), "20261206T110000Z")
         log = run.stdout + run.stderr
         assert run.returncode != 0, log[-5000:]
         # the failed canary ends the run in its own play: no wave starts

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from roles_testlib import BIN, REPO, ansible_env, docker_ok
+from roles_testlib import deploy, docker_ok, remove_test_fleet
 
 from testengine.local_fleet import gate_config, write_inventory
 
@@ -67,20 +67,8 @@ def _inventory(
     return inv
 
 
-def _deploy(inv: Path, run_id: str, *more: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "-e", f"sglang_run_id={run_id}", *more],
-        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-
-
 def _cleanup() -> None:
-    for name in HOSTS:
-        subprocess.run(["docker", "rm", "-f", f"unreach-sglang-{name}"], capture_output=True, check=False)
-        vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=unreach-fic-{name}-"],
-                              capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
-        if vols:
-            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True, check=False)
+    remove_test_fleet(HOSTS, "unreach")
 
 
 def _running(name: str) -> bool:
@@ -92,7 +80,7 @@ def _running(name: str) -> bool:
 def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_path):
     _cleanup()
     try:
-        first = _deploy(_inventory(tmp_path, h2_reachable=False), "20261203T100000Z")
+        first = deploy(_inventory(tmp_path, h2_reachable=False), "20261203T100000Z")
         log = first.stdout + first.stderr
         assert first.returncode != 0, log[-4000:]
         run1 = tmp_path / "reports" / "20261203T100000Z"
@@ -113,17 +101,17 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         # A --check run and a --limit run come in between (an operator looking, a one-host fix):
         # neither may make the next run forget u-h2 (they wrote newer run folders without it).
         reachable = _inventory(tmp_path, h2_reachable=True)
-        look = _deploy(reachable, "20261203T103000Z", "--check")
+        look = deploy(reachable, "20261203T103000Z", "--check")
         assert look.returncode == 0, (look.stdout + look.stderr)[-4000:]
         assert "Left half-done by an earlier run, finishing first: u-h2." in " ".join(look.stdout.split())
-        fix = _deploy(reachable, "20261203T104000Z", "--limit", "u-h1")
+        fix = deploy(reachable, "20261203T104000Z", "--limit", "u-h1")
         assert fix.returncode == 0, fix.stdout[-3000:]
         said = " ".join(fix.stdout.split())  # the output wraps long messages
         at = said.find("Left half-done")
         assert "finishing first: none; outside this run (--limit), staying pending: u-h2." in said, said[at : at + 400]
         assert json.loads((tmp_path / "reports" / "fleet-state.json").read_text())["hosts"]["u-h2"]["pending_repair"]
 
-        second = _deploy(reachable, "20261203T110000Z")
+        second = deploy(reachable, "20261203T110000Z")
         log = second.stdout + second.stderr
         assert second.returncode == 0, log[-4000:]
         repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
@@ -148,7 +136,7 @@ def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_t
     no serial: their stage spans overlap), before u-h4 is touched."""
     _cleanup()
     try:
-        run = _deploy(_inventory(tmp_path, h2_reachable=False, serial=[1, 2, 1], lost=("u-h2", "u-h3")),
+        run = deploy(_inventory(tmp_path, h2_reachable=False, serial=[1, 2, 1], lost=("u-h2", "u-h3")),
                       "20261203T120000Z")  # fmt: skip
         log = run.stdout + run.stderr
         assert run.returncode == 4, log[-4000:]  # unreachable: Ansible ended the run itself
@@ -168,7 +156,7 @@ def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_t
             assert f"ROLLOUT STOPPED: {name} became unreachable during gpu_host" in log, log[-3000:]
         assert _running("u-h1") and not _running("u-h2") and not _running("u-h4")
 
-        second = _deploy(_inventory(tmp_path, h2_reachable=True), "20261203T123000Z")
+        second = deploy(_inventory(tmp_path, h2_reachable=True), "20261203T123000Z")
         log = second.stdout + second.stderr
         assert second.returncode == 0, log[-4000:]
         repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
@@ -193,7 +181,7 @@ def test_preflight_reaches_every_host_and_stops_before_any_change(tmp_path):
     connection at all: the run stops in preflight, names it, and no host got a server."""
     _cleanup()
     try:
-        run = _deploy(_inventory(tmp_path, h2_reachable=True, h2_gone=True), "20261203T130000Z")
+        run = deploy(_inventory(tmp_path, h2_reachable=True, h2_gone=True), "20261203T130000Z")
         log = " ".join((run.stdout + run.stderr).split())
         assert run.returncode != 0, log[-4000:]
         assert "Preflight could not reach u-h2 (SSH, or the connection failed): nothing was changed on any host" in log
