@@ -219,3 +219,93 @@ def test_crlf_answers_over_ssh_with_become_are_read_and_a_missing_answer_is_refu
     assert _refusals(preflight.Settings(), bare)["probe_complete"].startswith(
         "the host's answer to the preflight probe has no uid, df, nvidia-smi section (got: nothing framed)"
     )
+
+
+def test_a_probe_that_never_ran_or_failed_says_so_in_its_own_words() -> None:
+    """Each way a probe comes back without sections reads as its own message (mutation testing
+    found these unread)."""
+    assert preflight.parse_probe(None) == HostProbe(unreachable=True, message="the probe did not run on this host")
+    rc_only = preflight.parse_probe({"rc": 2, "stdout": "", "stderr": "sh: 1: set: Illegal option -o pipefail"})
+    assert rc_only == HostProbe(message="the probe failed (rc 2): sh: 1: set: Illegal option -o pipefail")
+    msg_only = preflight.parse_probe({"failed": True, "rc": 0, "stdout": "", "msg": "non-zero return code"})
+    assert msg_only == HostProbe(message="the probe failed (rc 0): non-zero return code")
+    assert preflight.parse_probe({"rc": 0, "stdout": ""}) == HostProbe()  # answered nothing: probe_complete says so
+
+
+def test_no_docker_answer_and_several_unknown_variables_read_whole() -> None:
+    said = _refusals(preflight.Settings(gpu_host_prepare=False), _probe(smi=None))
+    assert said["docker_answers"] == (
+        "docker does not answer: no answer. Start the docker engine (scripts/setup.sh does it here) or set "
+        "sglang_gpu_host_prepare: true to install it."
+    )
+    two = preflight.judge_host(preflight.Settings(), _probe(), ["sglang_a", "gpu_host_b (did you mean gpu_host_c?)"])
+    assert [(r.rule, r.message) for r in two] == [("known_variables", (
+        "unknown variable(s): sglang_a, gpu_host_b (did you mean gpu_host_c?). No role reads them, so they would be "
+        "silently ignored. The supported names are in roles/*/defaults/main.yml and roles/README.md."
+    ))]  # fmt: skip
+
+
+def test_a_dict_setting_written_in_another_key_order_is_the_same_setting() -> None:
+    a = _Templating({"sglang_gate_config": {"deadline_s": 600, "runs": 3}, "sglang_server_env": {"A": "1", "B": "2"}})
+    b = _Templating({"sglang_server_env": {"B": "2", "A": "1"}, "sglang_gate_config": {"runs": 3, "deadline_s": 600}})
+    assert preflight.settings_key(a) == preflight.settings_key(b)
+    assert preflight.representatives(["a", "b"], {"a": a, "b": b}) == {"a": ["a", "b"]}
+
+
+def test_values_json_cannot_write_and_different_template_errors_keep_hosts_apart() -> None:
+    """A value JSON cannot write (a vault string, a path) keys on its text, and a setting that fails
+    to template keys on its error: two hosts differing only there are two sets, each checked."""
+    a = _Templating({"sglang_model_dir": Path("/models/a")})
+    b = _Templating({"sglang_model_dir": Path("/models/b")})
+    assert preflight.settings_key(a) != preflight.settings_key(b)
+    assert preflight.settings_key(a) == preflight.settings_key(_Templating({"sglang_model_dir": Path("/models/a")}))
+
+    class _Fails(dict):
+        def __init__(self, error: str) -> None:
+            super().__init__({"sglang_server_port": "x"})
+            self.error = error
+
+        def __getitem__(self, key):
+            raise ValueError(self.error)
+
+    one, other = _Fails("'port_a' is undefined"), _Fails("'port_b' is undefined")
+    assert preflight.representatives(["h1", "h2"], {"h1": one, "h2": other}) == {"h1": ["h1"], "h2": ["h2"]}
+
+
+def test_gpu_messages_read_whole_and_the_limits_are_inclusive() -> None:
+    mig = RECORDED.replace(
+        "Current                                        : Disabled",
+        "Current                                        : Enabled",
+        1,
+    )
+    assert _refusals(preflight.Settings(), _probe(smi=mig)) == {"mig_off": (
+        "MIG is enabled on 1 GPU(s): tensor parallelism needs whole GPUs; disable it "
+        "(nvidia-smi -mig 0, then a GPU reset) before deploying."
+    )}  # fmt: skip
+    supported = RECORDED.replace(
+        "State                                          : N/A",
+        "State                                          : Not Supported",
+        1,
+    )
+    assert _refusals(preflight.Settings(), _probe(smi=supported)) == {}  # PCIe cards without NVSwitch
+    two = RECORDED + RECORDED.split("GPU 00000000:", 1)[1].join(["\nGPU 00000001:", ""])
+    two = two.replace(
+        "State                                          : N/A",
+        "State                                          : In Progress",
+    )
+    assert _refusals(preflight.Settings(), _probe(smi=two))["fabric_up"] == (
+        "the NVSwitch fabric is not ready on 2 GPU(s) (nvidia-smi -q Fabric State / Status: In Progress / N/A): start "
+        "the fabric manager (systemctl enable --now nvidia-fabricmanager; its version must match the driver's) and "
+        "wait for State Completed, Status Success."
+    )
+    exact_gib = 143771 / 1024  # the recorded card, to the MiB
+    assert _refusals(preflight.Settings(min_memory_gib=exact_gib), _probe()) == {}
+    assert "gpu_memory" in _refusals(preflight.Settings(min_memory_gib=exact_gib + 0.001), _probe())
+
+
+def test_become_as_root_passes_and_settings_read_ansible_truth_words() -> None:
+    assert _refusals(preflight.Settings(become=True, user="deploy"), _probe(uid="0")) == {}
+    for word, value in (("1", True), ("Yes", True), ("on", True), ("true", True), ("0", False), ("no", False)):
+        assert preflight.Settings.from_vars({"ansible_become": word}).become is value, word
+    failed = preflight.parse_probe({"rc": 1, "stdout": "", "stderr": "sudo: a password is required"})
+    assert [r.rule for r in preflight.judge_host(preflight.Settings(), failed)] == ["probe"]
