@@ -26,6 +26,7 @@ VARIABLES = (
     "sglang_image",
     "sglang_image_id",
     "sglang_image_repo_digest",
+    "sglang_image_pinned_by",
     "sglang_server_changed",
     "sglang_server_last_good",
     "sglang_server_put_back",
@@ -76,6 +77,9 @@ class HostRecord:
     image_target: str = ""
     image_id: str = ""  # the content deployed (the canary's, on every later host)
     image_repo_digest: str = ""
+    # whose image this host had to deploy: "canary <host>", "run <id> (unfinished)" (a host an
+    # unfinished run left half-done), or "" (the canary itself, or pinning off)
+    image_pinned_by: str = ""
     image_after: str = ""
     changed: bool = False
     gate: str = "not run"
@@ -139,6 +143,7 @@ def _base(host: str, run_id: str, check_mode: bool, hv: HostVars, outcome: str) 
         image_target=_s(hv.get("sglang_image_ref") or hv.get("sglang_image")),
         image_id=_s(hv.get("sglang_image_id")),
         image_repo_digest=_s(hv.get("sglang_image_repo_digest")),
+        image_pinned_by=_s(hv.get("sglang_image_pinned_by")).strip(),
         changed=bool(hv.get("sglang_server_changed") or False),
         gate=_s(gate.get("verdict") or "not run"),
         gate_location=_s(gate.get("location")),

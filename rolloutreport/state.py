@@ -107,8 +107,11 @@ def merge_record(path: Path, record: Mapping[str, Any]) -> dict[str, Any] | None
         host = str(record["host"])
         state["hosts"][host] = asdict(host_state(record, state["hosts"].get(host)))
         if record.get("image_id"):  # the image this run moves the fleet to (the canary's ID on every host)
+            prev_flight = state.get("image_in_flight") or {}
+            same = prev_flight.get("image_id") == record.get("image_id")
             state["image_in_flight"] = {
-                "run_id": str(record.get("run_id", "")),
+                # the run that started moving the fleet to this image (a later run finishing it keeps it)
+                "run_id": str(prev_flight.get("run_id") if same else record.get("run_id", "")),
                 "image": str(record.get("image_target", "")),
                 "image_id": str(record.get("image_id", "")),
                 "repo_digest": str(record.get("image_repo_digest", "")),
@@ -119,12 +122,14 @@ def merge_record(path: Path, record: Mapping[str, Any]) -> dict[str, Any] | None
 
 def finish_run(path: Path, summary: Mapping[str, Any], check_mode: bool) -> dict[str, Any] | None:
     """At a real run's last summary: the image in flight has landed when no host failed, was lost or
-    was left unreached; otherwise it stays, for the next run and the operator."""
+    was left unreached, and no host of the fleet is still pending repair (a --limit run leaves the
+    hosts outside it pending: they deploy the image in flight when they are finished); otherwise it
+    stays, for the next run and the operator."""
     if check_mode:
         return None
     with _locked(path):
         state = read_state(path)
-        if not any(summary.get(k) for k in ("failed", "unreachable", "not_reached")):
+        if not any(summary.get(k) for k in ("failed", "unreachable", "not_reached")) and not pending_hosts(state):
             state["image_in_flight"] = {}
         write_json(path, state)
         return state

@@ -4,7 +4,7 @@ that failed and left the play are in it)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +15,17 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((run_dir / "hosts").glob("*.json"))]
 
 
-def summarize(records: list[dict[str, Any]], all_hosts: list[str], run_id: str, finished: bool) -> dict[str, Any]:
-    """Who moved, who stayed, who failed or was lost, and the image in flight."""
+def summarize(
+    records: list[dict[str, Any]],
+    all_hosts: list[str],
+    run_id: str,
+    finished: bool,
+    canaries: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Who moved, who stayed, who failed or was lost, and the image in flight. ``canaries``: the
+    run's canary of each GPU profile (preflight's pick), so a failed canary is named as one."""
     names = [r["host"] for r in records]
+    canaries = {str(k): str(v) for k, v in (canaries or {}).items()}
 
     def hosts(pred: Callable[[dict[str, Any]], Any]) -> list[str]:
         return [r["host"] for r in records if pred(r)]
@@ -35,6 +43,9 @@ def summarize(records: list[dict[str, Any]], all_hosts: list[str], run_id: str, 
         "put_back": hosts(lambda r: r.get("put_back")),
         "left_drained": hosts(lambda r: r.get("in_rotation") == "no"),
         "failed": hosts(lambda r: r["outcome"] == "failed"),
+        "canaries": canaries,
+        # profile -> its canary, for each canary that failed: no wave started after it
+        "failed_canaries": {g: h for g, h in canaries.items() if h in hosts(lambda r: r["outcome"] == "failed")},
         "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
     }
 

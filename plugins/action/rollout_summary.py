@@ -2,7 +2,8 @@
 
 The Markdown is the summary template (playbooks/templates/rollout-summary.md.j2) rendered with
 ``sglang_summary``; the ``rollout_lost`` callback renders the same template when Ansible stops
-the run. Returns the summary as the fact ``sglang_summary`` for the printed text.
+the run. Returns the summary as ``summary`` (registered, not a fact: Ansible 2.24 stops injecting
+facts as variables) for the printed text.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ options:
   dir: {description: the run's report folder (reports/RUN_ID), required: true, type: path}
   hosts: {description: every host of the run (--limit applies), required: true, type: list, elements: str}
   finished: {description: the last summary of the run, type: bool, default: false}
+  canaries: {description: the canary of each GPU profile (profile -> host), type: dict, default: {}}
   state_file: {description: the fleet state file (default DIR/../fleet-state.json), type: path}
   keep_runs:
     description: >-
@@ -35,6 +37,7 @@ ARGUMENT_SPEC = {
     "dir": {"type": "path", "required": True},
     "hosts": {"type": "list", "elements": "str", "required": True},
     "finished": {"type": "bool", "default": False},
+    "canaries": {"type": "dict", "default": {}},
     "state_file": {"type": "path"},
     "keep_runs": {"type": "int", "default": 0},
 }
@@ -51,7 +54,7 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
         run_dir = Path(args["dir"])
         records = rolloutreport.read_records(run_dir)
-        summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"])
+        summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"], args["canaries"])
         if args["finished"]:  # the image in flight has landed when every host moved
             check_mode = bool(task_vars.get("ansible_check_mode", False))
             state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
@@ -63,7 +66,7 @@ class ActionModule(ActionBase):
             summary["history"] = {"keep_runs": args["keep_runs"], "removed": pruned, "check_mode": check_mode}
         markdown = render_markdown(self._loader, task_vars, summary)
         rolloutreport.write_summary(run_dir, summary, markdown)
-        result.update(changed=False, ansible_facts={"sglang_summary": summary})
+        result.update(changed=False, summary=summary)
         return result
 
 

@@ -1,5 +1,6 @@
-"""Preflight's view of the fleet state file (rolloutreport/state.py): who an earlier run left
-half-done (finished first by this run's repair play) and who it left out of the load balancer."""
+"""Preflight's view of the fleet state file (rolloutreport/state.py), read once per run: who an
+earlier run left half-done (finished first by this run's repair play), who it left out of the load
+balancer, and the image that run was moving the fleet to (the repair play deploys that one)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,21 @@ from ansible.errors import AnsibleFilterError
 import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
 
 
-def _state(path: Any) -> dict[str, Any]:
+def rollout_state_view(path: Any) -> dict[str, Any]:
+    """``pending``: hosts whose last real record is unreachable or still in progress;
+    ``left_drained``: hosts out of rotation since an earlier run, with why; ``image_in_flight``:
+    the image (tag, ID, digest, run) a run that did not finish was deploying, else {}."""
     try:
-        return rolloutreport.read_state(Path(str(path)))
+        state = rolloutreport.read_state(Path(str(path)))
     except ValueError as exc:  # damaged: never read as "nothing pending"
         raise AnsibleFilterError(f"{exc} (sglang_rollout_state_file)") from exc
-
-
-def rollout_pending(path: Any) -> list[str]:
-    """Hosts whose last real record is unreachable or still in progress."""
-    return rolloutreport.pending_hosts(_state(path))
-
-
-def rollout_left_drained(path: Any) -> dict[str, str]:
-    """Hosts out of rotation since an earlier run, with why they were drained."""
-    return rolloutreport.drained_hosts(_state(path))
+    return {
+        "pending": rolloutreport.pending_hosts(state),
+        "left_drained": rolloutreport.drained_hosts(state),
+        "image_in_flight": dict(state.get("image_in_flight") or {}),
+    }
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"rollout_pending": rollout_pending, "rollout_left_drained": rollout_left_drained}
+        return {"rollout_state_view": rollout_state_view}

@@ -88,6 +88,6 @@ def test_tag_moved_after_the_canary_fails_the_next_wave_naming_both_ids(tmp_path
     assert run.rc != 0
     a, b = docker_json("image", "inspect", RELEASE_A)["Id"], docker_json("image", "inspect", RELEASE_B)["Id"]
     flat = " ".join(run.out.split())
-    want = f"{tag} on wave2 is {b}, but the canary canary deployed {a}: the tag moved during the rollout"
+    want = f"{tag} on wave2 is {b}, but this host must deploy {a}, the image of canary canary: the tag moved since"
     assert want in flat, flat[-3000:]
     assert "fatal: [canary]" not in run.out

@@ -74,6 +74,10 @@ def test_each_profile_has_its_canary_before_any_wave(tmp_path):
         h2, h3 = (_record(tmp_path, "20261206T100000Z", h) for h in ("c-h2", "c-h3"))
         # c-h3, the canary of g2, was done before c-h2 (a g1 host of the wave) started
         assert h3["stages"][-1]["stage"] == "done" and h3["stages"][-1]["at"] <= h2["stages"][0]["at"], (h2, h3)
+        # c-h2 deployed the image c-h1 (the canary of its profile g1) deployed; the canaries, what their tag named
+        h1 = _record(tmp_path, "20261206T100000Z", "c-h1")
+        assert (h2["image_pinned_by"], h2["image_id"]) == ("canary c-h1", h1["image_id"]), (h1, h2)
+        assert h1["image_pinned_by"] == "" and h3["image_pinned_by"] == "" and h1["image_id"].startswith("sha256:")
         # both canaries passed their gates against their own profile's reference
         assert sorted(p.name for p in (tmp_path / "reports").glob("baseline-*.json")) == [
             "baseline-g1.json",
@@ -94,6 +98,11 @@ def test_a_failed_canary_stops_every_profile_before_the_wave(tmp_path):
         summary = json.loads((tmp_path / "reports" / "20261206T110000Z" / "rollout-summary.json").read_text())
         assert summary["failed"] == ["c-h3"] and summary["not_reached"] == ["c-h2"], summary
         assert summary["moved"] == ["c-h1"], summary
+        assert summary["failed_canaries"] == {"g2": "c-h3"}, summary
+        said = " ".join(log.split())
+        assert "CANARY FAILED: c-h3, the canary of GPU profile g2, failed; no wave starts" in said, log[-5000:]
+        md = (tmp_path / "reports" / "20261206T110000Z" / "rollout-summary.md").read_text()
+        assert "**Stopped**: canary c-h3 failed (GPU profile g2); no wave started." in md, md
         out = subprocess.run(["docker", "ps", "-a", "--filter", "name=canary-sglang-c-h2", "-q"],
                              capture_output=True, text=True, check=False).stdout  # fmt: skip
         assert out.strip() == ""  # c-h2 never got a server

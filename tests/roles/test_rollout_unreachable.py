@@ -97,6 +97,7 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         state = json.loads((tmp_path / "reports" / "fleet-state.json").read_text())
         assert [h for h, e in state["hosts"].items() if e["pending_repair"]] == ["u-h2"], state
         assert state["hosts"]["u-h2"]["run_id"] == "20261203T100000Z" and state["image_in_flight"]["image_id"]
+        in_flight = state["image_in_flight"]
 
         # A --check run and a --limit run come in between (an operator looking, a one-host fix):
         # neither may make the next run forget u-h2 (they wrote newer run folders without it).
@@ -109,7 +110,9 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         said = " ".join(fix.stdout.split())  # the output wraps long messages
         at = said.find("Left half-done")
         assert "finishing first: none; outside this run (--limit), staying pending: u-h2." in said, said[at : at + 400]
-        assert json.loads((tmp_path / "reports" / "fleet-state.json").read_text())["hosts"]["u-h2"]["pending_repair"]
+        state = json.loads((tmp_path / "reports" / "fleet-state.json").read_text())
+        # the --limit run passed, but u-h2 still has run 1's job to finish: run 1's image stays in flight
+        assert state["hosts"]["u-h2"]["pending_repair"] and state["image_in_flight"] == in_flight, state
 
         second = deploy(reachable, "20261203T110000Z")
         log = second.stdout + second.stderr
@@ -121,6 +124,9 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         run2 = json.loads((tmp_path / "reports" / "20261203T110000Z" / "rollout-summary.json").read_text())
         assert run2["unreachable"] == [] and run2["failed"] == [] and run2["not_reached"] == []
         assert sorted(run2["moved"]) == ["u-h2", "u-h4"], run2
+        # u-h2 finished run 1's job with run 1's image, not whatever the tag names now
+        h2 = json.loads((tmp_path / "reports" / "20261203T110000Z" / "hosts" / "u-h2.json").read_text())
+        assert (h2["image_pinned_by"], h2["image_id"]) == ("run 20261203T100000Z (unfinished)", in_flight["image_id"])
         assert all(_running(h) for h in HOSTS)
         state = json.loads((tmp_path / "reports" / "fleet-state.json").read_text())
         assert not any(e["pending_repair"] for e in state["hosts"].values()) and state["image_in_flight"] == {}

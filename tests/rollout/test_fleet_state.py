@@ -87,6 +87,24 @@ def test_the_image_in_flight_lands_only_when_every_host_moved(tmp_path):
     assert done["image_in_flight"] == {} and rr.read_state(path)["image_in_flight"] == {}
 
 
+def test_a_limit_run_that_passes_keeps_the_image_in_flight_for_the_host_still_pending(tmp_path):
+    path = tmp_path / "fleet-state.json"
+    clean = {"failed": [], "unreachable": [], "not_reached": []}
+    rr.merge_record(path, _rec("h1", "run-1"))
+    rr.merge_record(path, _rec("h2", "run-1", "lost"))
+    rr.finish_run(path, {**clean, "unreachable": ["h2"]}, check_mode=False)
+    # --limit h1: h1 passes again, the run itself is clean, h2 is still pending
+    rr.merge_record(path, _rec("h1", "run-2"))
+    kept = rr.finish_run(path, clean, check_mode=False)["image_in_flight"]
+    # the run that started the image keeps its name (the repair's record says "run-1 (unfinished)")
+    assert kept == {"run_id": "run-1", "image": "img:b", "image_id": "sha256:b", "repo_digest": "reg/img@sha256:bb"}
+    # another image is another flight, named after the run that started it
+    rr.merge_record(path, _rec("h1", "run-3", sglang_image_id="sha256:c", sglang_image_repo_digest=""))
+    assert rr.read_state(path)["image_in_flight"]["run_id"] == "run-3"
+    rr.merge_record(path, _rec("h2", "run-3", sglang_image_id="sha256:c", sglang_image_repo_digest=""))
+    assert rr.finish_run(path, clean, check_mode=False)["image_in_flight"] == {}  # repaired: landed
+
+
 def test_no_file_is_an_empty_fleet_and_a_damaged_one_is_an_error(tmp_path):
     assert rr.read_state(tmp_path / "none.json") == {"schema": 1, "hosts": {}, "image_in_flight": {}}
     bad = tmp_path / "fleet-state.json"

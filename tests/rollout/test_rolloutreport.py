@@ -38,6 +38,10 @@ def test_a_passing_host_runs_the_target_image():
     r = rr.final("h1", "run-1", False, HV | {"sglang_gate_result": {"verdict": "pass", "report_dir": "/r/h1"}})
     assert (r.outcome, r.gate, r.image_after, r.rolled_back, r.failure) == ("ok", "pass", "img:b", False, "")
     assert r.cache.start == "cold" and r.cache.size_bytes == 4096 and r.image_id == "sha256:b"
+    assert r.image_pinned_by == ""  # the canary deploys what the tag names
+    # Ansible hands a folded (>-) template's value with its spaces; the record keeps the words
+    later = rr.final("h2", "run-1", False, HV | {"sglang_image_pinned_by": " canary h1 "})
+    assert later.image_pinned_by == "canary h1" and later.to_dict()["image_pinned_by"] == "canary h1"
 
 
 def test_a_failed_gate_records_the_rollback_and_why():
