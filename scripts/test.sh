@@ -76,7 +76,10 @@ run_pytest() {
   pytest_or_fail -n 2 --dist loadfile -m "not docker" --durations=8 "${suites[@]}"
   if [ "$stage" = all ]; then start_instance_build; fi
   banner "pytest: docker (2 workers)"
-  pytest_or_fail -n 2 --dist loadfile -m docker --durations=8 "${suites[@]}"
+  # the two longest files first (about 11-12 min each), one per worker, the rest filling in around
+  # them; named twice, pytest collects them once
+  local longest=(tests/roles/test_rollout_unreachable.py tests/roles/test_roles_local_rollout.py)
+  pytest_or_fail -n 2 --dist loadfile -m docker --durations=8 "${longest[@]}" "${suites[@]}"
 }
 
 # Scenarios that run in the background beside another (each on its own network and names):
