@@ -38,3 +38,13 @@ def test_the_current_run_is_kept_even_when_older_by_mtime_and_zero_keeps_all(tmp
     assert rr.prune_runs(tmp_path, keep=1, current="run-3", state={"hosts": {"h": "not a dict"}}) == ["run-2", "run-1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-0", "run-3"]
     assert rr.prune_runs(tmp_path / "missing", keep=1, current="x", state={}) == []
+
+
+def test_a_check_run_removes_nothing_and_says_what_a_real_run_would(tmp_path: Path):
+    for i in range(4):
+        _run(tmp_path, f"run-{i}", age_s=i * 60)
+    assert rr.prune_runs(tmp_path, keep=2, current="run-0", state={}, dry_run=True) == ["run-3", "run-2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-0", "run-1", "run-2", "run-3"]
+    # exactly `keep` runs: none is too many
+    assert rr.prune_runs(tmp_path, keep=4, current="run-0", state={}) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-0", "run-1", "run-2", "run-3"]

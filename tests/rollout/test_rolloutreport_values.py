@@ -169,6 +169,18 @@ def test_a_host_state_entry_from_each_kind_of_record():
         "maintenance"
     )
     assert host_state(rr.in_progress("h", "r", False, HV, "server").to_dict()).pending_repair is True
+    # a record with nothing in it (hand-written, or an older bundle's): every field empty, never "None"
+    assert _no_time(vars(host_state({}))) == {
+        "run_id": "",
+        "outcome": "",
+        "stage": "",
+        "image_after": "",
+        "image_id": "",
+        "pending_repair": False,
+        "drained": False,
+        "drained_why": "",
+    }
+    assert host_state({"in_rotation": "no"}).drained_why == ""
 
 
 def test_the_state_file_whole_after_a_run_of_three_hosts(tmp_path: Path):
@@ -186,16 +198,24 @@ def test_the_state_file_whole_after_a_run_of_three_hosts(tmp_path: Path):
     }
     assert rr.pending_hosts(state) == ["h1"]
     assert rr.drained_hosts(state) == {"h1": "its server is replaced", "h2": "gate failed"}  # sorted by host
-    assert list(rr.drained_hosts({"hosts": {"b": {"drained": True}, "a": {"drained": True, "drained_why": "x"}}})) == [
-        "a",
-        "b",
-    ]
+    # an entry without a why (written by an older bundle) reads as none; order by host name
+    listed = rr.drained_hosts({"hosts": {"b": {"drained": True}, "a": {"drained": True, "drained_why": "x"}}})
+    assert list(listed.items()) == [("a", "x"), ("b", "")]
     assert rr.pending_hosts({"hosts": {"z": {"pending_repair": True}, "a": {"pending_repair": True}}}) == ["a", "z"]
     assert rr.drained_hosts({}) == {} and rr.pending_hosts({}) == []
     # a record without an image ID (lost before its image stage) leaves the flight alone
     rr.merge_record(path, rr.lost("h4", "run-1", False, {"sglang_rollout_stage": "gpu_host"}).to_dict())
     assert rr.read_state(path)["image_in_flight"]["image_id"] == "sha256:b"
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    # a record with an image ID and nothing else: the flight's other fields are empty, never "None"
+    other = tmp_path / "other.json"
+    rr.merge_record(other, {"host": "h9", "image_id": "sha256:z"})
+    assert rr.read_state(other)["image_in_flight"] == {
+        "run_id": "",
+        "image": "",
+        "image_id": "sha256:z",
+        "repo_digest": "",
+    }
 
 
 def test_the_summary_whole(tmp_path: Path):
