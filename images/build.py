@@ -6,6 +6,7 @@
     python3 images/build.py test-engine --release all               # local/sglang-test-engine:release-{a,b,c}
     python3 images/build.py save IMAGE --out DIR [--gzip]           # offline archive + .sha256 + .json
     python3 images/build.py verify ARCHIVE | load ARCHIVE
+    python3 images/build.py seed IMAGE --archive reports/cache-archives/KEY.tar.gz --tag NEW  # kernels baked in
 
 Builds are idempotent: each image carries ``io.sglang-deploy.source-hash`` (its staged build
 context + build arguments); an image with the same hash is not rebuilt (``--force`` does).
@@ -22,6 +23,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,10 @@ WHEEL_CACHE = REPO / ".cache" / "wheels"
 CPU_BASE = "local/debian:bookworm"
 GPU_BASE = "nvidia/cuda:13.0.1-devel-ubuntu24.04"
 HASH_LABEL = "io.sglang-deploy.source-hash"
+# The fleet seed an image can carry (``seed``): the archive of a warm FlashInfer cache volume, the
+# file the flashinfer_cache role looks for when the controller has no archive of the host's key.
+SEED_DIR = "/opt/sglang-deploy/flashinfer-seed"
+SEED_LABEL = "io.sglang-deploy.flashinfer.seed"
 
 
 @dataclass(frozen=True)
@@ -353,6 +359,63 @@ def _maybe_archive(args: argparse.Namespace, tag: str) -> None:
         log(f"{tag}: {m.archive} sha256 {m.sha256}")
 
 
+def bake_seed(image: str, archive_path: Path, tag: str) -> str:
+    """A layer on ``image`` with the archive of a warm FlashInfer cache (what the first host of a
+    cache key whose gate passed left on the controller: reports/cache-archives/KEY.tar.gz + .sha256).
+
+    Why: FlashInfer publishes no prebuilt kernels for every pinned version (flashinfer-cubin /
+    -jit-cache), and a cold start compiles for tens of minutes. The warm-up runs once on a GPU host
+    (a one-host rollout, whose gate pass archives the volume); this bakes its archive into the
+    image, so an air-gapped fleet, or a host whose controller has no archive, seeds its cold volume
+    from the image (checked there like any seed: checksum, key, every file's sha256). The archive
+    is checked here first: a damaged one never reaches an image. The key is checked against the
+    image's FlashInfer and CUDA labels, since an archive of another build's kernels would only be
+    refused on every host."""
+    sha_file = Path(f"{archive_path}.sha256")
+    if not archive_path.is_file():
+        raise BuildError(
+            f"--archive {archive_path}: no such file (reports/cache-archives/<key>.tar.gz on the controller)"
+        )
+    if not sha_file.is_file():
+        raise BuildError(f"{sha_file}: missing; an archive without its checksum (half-written?) is never baked")
+    want = (sha_file.read_text().split() or [""])[0]
+    h = hashlib.sha256()
+    with archive_path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != want:
+        raise BuildError(
+            f"{archive_path}: sha256 {h.hexdigest()} does not match {sha_file} ({want}): damaged, not baked"
+        )
+    fi, cu = (
+        _image_label(image, "io.sglang-deploy.flashinfer.version"),
+        _image_label(image, "io.sglang-deploy.cuda.version"),
+    )
+    if fi is None:
+        raise BuildError(f"{image}: no such image (build or load it first)")
+    prefix = re.sub(r"[^a-zA-Z0-9_.-]", "_", f"fi{fi}-cu{cu}-")  # as roles/flashinfer_cache/tasks/spec.yml
+    if not archive_path.name.startswith(prefix):
+        raise BuildError(
+            f"{archive_path.name} is a cache of another build: {image} has FlashInfer {fi!r} and CUDA {cu!r}, "
+            f"so its cache keys start {prefix!r}"
+        )
+    with tempfile.TemporaryDirectory(prefix="fiseed-") as tmp:
+        ctx = Path(tmp)
+        _link_or_copy(archive_path, ctx / archive_path.name)
+        _link_or_copy(sha_file, ctx / sha_file.name)
+        (ctx / "Dockerfile").write_text(
+            f"FROM {image}\n"
+            f"COPY {archive_path.name} {sha_file.name} {SEED_DIR}/\n"
+            f'LABEL {SEED_LABEL}="{archive_path.name}" {SEED_LABEL}.sha256="{want}"\n'
+        )
+        log(f"{tag}: {image} with the cache seed {archive_path.name} ({archive_path.stat().st_size} bytes)")
+        env = {**os.environ, "DOCKER_BUILDKIT": os.environ.get("DOCKER_BUILDKIT", "0")}
+        proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], env=env, check=False, stdout=sys.stderr)
+        if proc.returncode != 0:
+            raise BuildError(f"{tag}: docker build failed (exit {proc.returncode}); its output is above")
+    return tag
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="build.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -387,6 +450,10 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("image")
     sv.add_argument("--out", required=True)
     sv.add_argument("--gzip", action="store_true")
+    sd = sub.add_parser("seed", help="IMAGE plus the archive of a warm FlashInfer cache (one cold start per build)")
+    sd.add_argument("image")
+    sd.add_argument("--archive", type=Path, required=True, help="reports/cache-archives/<key>.tar.gz (+ .sha256)")
+    sd.add_argument("--tag", required=True, help="the new image's tag")
     for name in ("verify", "load"):
         sp = sub.add_parser(name, help=f"{name} an archive against its .sha256 (and .json)")
         sp.add_argument("archive", type=Path)
@@ -400,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             build_sglang(args)
         elif args.cmd == "test-engine":
             build_test_engine(args)
+        elif args.cmd == "seed":
+            print(bake_seed(args.image, args.archive, args.tag))
         elif args.cmd == "save":
             m = archive.save(args.image, Path(args.out), compress=args.gzip)
             print(Path(args.out) / m.archive)

@@ -196,3 +196,56 @@ def test_a_seeded_ninja_build_needs_no_rebuild(tmp_path: Path) -> None:
         assert (seeded / p.name).stat().st_mtime_ns == p.stat().st_mtime_ns, p.name
     dry = subprocess.run([NINJA, "-C", str(seeded), "-n", "-d", "explain"], capture_output=True, text=True)
     assert "no work to do" in dry.stdout, (dry.stdout + dry.stderr)[-2000:]
+
+
+def test_build_seed_bakes_only_a_whole_archive_of_the_image_build(tmp_path, warm_cache, monkeypatch, capsys) -> None:
+    """images/build.py seed: every refusal comes before docker builds anything (and names the fix)."""
+    from images_testlib import image_build
+
+    made = Path(ca.create(warm_cache, KEY, tmp_path / "out" / f"{KEY}.tar.gz")["archive"])
+    labels = {"io.sglang-deploy.flashinfer.version": "0.7.2", "io.sglang-deploy.cuda.version": "13.0"}
+    monkeypatch.setattr(image_build, "_image_label", lambda tag, label: labels.get(label) if tag == "img:1" else None)
+    built: list[list[str]] = []
+
+    def fake_run(cmd, **kw):  # docker build: the command and the staged context, not a real build
+        ctx = Path(cmd[-1])
+        built.append([*cmd[:-1], (ctx / "Dockerfile").read_text(), *sorted(p.name for p in ctx.iterdir())])
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(image_build.subprocess, "run", fake_run)
+
+    def refused(archive: Path, image: str = "img:1") -> str:
+        assert image_build.main(["seed", image, "--archive", str(archive), "--tag", "img:1-seeded"]) == 1
+        return capsys.readouterr().err
+
+    assert "no such file" in refused(tmp_path / "none.tar.gz")
+    assert "no such image (build or load it first)" in refused(made, image="img:2")
+    other = tmp_path / "other" / "fi0.6.3-cu12.9-sm120-al12.0a.tar.gz"
+    ca.create(warm_cache, "fi0.6.3-cu12.9-sm120-al12.0a", other)
+    assert (
+        "fi0.6.3-cu12.9-sm120-al12.0a.tar.gz is a cache of another build: img:1 has FlashInfer '0.7.2' and "
+        "CUDA '13.0', so its cache keys start 'fi0.7.2-cu13.0-'"
+    ) in refused(other)
+    sha = Path(f"{made}.sha256")
+    kept = sha.read_text()
+    sha.unlink()
+    assert "missing; an archive without its checksum (half-written?) is never baked" in refused(made)
+    sha.write_text(kept)
+    data = bytearray(made.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    made.write_bytes(bytes(data))
+    assert f"does not match {sha}" in refused(made) and built == []
+    data[len(data) // 2] ^= 0xFF
+    made.write_bytes(bytes(data))
+
+    assert image_build.main(["seed", "img:1", "--archive", str(made), "--tag", "img:1-seeded"]) == 0
+    assert capsys.readouterr().out.strip() == "img:1-seeded"
+    (cmd,) = built
+    digest = kept.split()[0]
+    assert cmd[:5] == ["docker", "build", "-q", "-t", "img:1-seeded"]
+    assert cmd[5] == (
+        "FROM img:1\n"
+        f"COPY {KEY}.tar.gz {KEY}.tar.gz.sha256 /opt/sglang-deploy/flashinfer-seed/\n"
+        f'LABEL io.sglang-deploy.flashinfer.seed="{KEY}.tar.gz" io.sglang-deploy.flashinfer.seed.sha256="{digest}"\n'
+    )
+    assert cmd[6:] == ["Dockerfile", f"{KEY}.tar.gz", f"{KEY}.tar.gz.sha256"]

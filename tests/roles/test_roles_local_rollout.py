@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -486,6 +488,10 @@ def test_a_cold_volume_is_seeded_from_the_archive_the_first_passing_host_left(en
 
     # a damaged archive (one byte changed): refused inside the helper, the host starts cold
     current = archives / (host["cache"]["seeded"].split()[1].rstrip(","))
+    good = env.tmp / "good-seed"
+    good.mkdir()
+    for f in (current, Path(f"{current}.sha256")):
+        shutil.copy2(f, good / f.name)
     data = bytearray(current.read_bytes())
     data[len(data) // 2] ^= 0xFF
     current.write_bytes(bytes(data))
@@ -499,3 +505,31 @@ def test_a_cold_volume_is_seeded_from_the_archive_the_first_passing_host_left(en
         and "damaged, not seeded" in host["cache"]["seed_refused"]
     )
     assert host["gate"] == "pass"
+
+    # The image can carry the seed (images/build.py seed, for fleets whose controller has no archive:
+    # the warm-up ran once, on one GPU host). A damaged archive never reaches an image.
+    build = [sys.executable, str(REPO / "images" / "build.py"), "seed", host["image_target"]]
+    refused = subprocess.run(
+        [*build, "--archive", str(current), "--tag", f"{env.tag}-x"], capture_output=True, text=True
+    )
+    assert refused.returncode == 1 and f"does not match {current}.sha256" in refused.stderr, refused.stderr[-2000:]
+    seeded_tag = f"{env.tag}-fiseed"
+    baked = subprocess.run(
+        [*build, "--archive", str(good / current.name), "--tag", seeded_tag], capture_output=True, text=True
+    )
+    assert baked.returncode == 0, baked.stderr[-3000:]
+    try:
+        shutil.rmtree(archives)  # no archive of any key on the controller now
+        _fresh_host(env)
+        run = env.deploy(sglang_image=seeded_tag, sglang_image_source="local")
+        assert run.rc == 0, run.out[-6000:]
+        host = env.summary()["hosts"][0]
+        assert host["cache"]["start"] == "seeded" and host["gate"] == "pass", host
+        assert re.fullmatch(
+            rf"from the image \({re.escape(current.name)}\), [1-9][0-9]* modules", host["cache"]["seeded"]
+        )
+        logs = subprocess.run(["docker", "logs", env.name], capture_output=True, text=True, check=True)
+        assert "flashinfer cache: warm" in logs.stdout + logs.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", env.name], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", seeded_tag], capture_output=True, check=False)
