@@ -82,12 +82,10 @@ run_pytest() {
   pytest_or_fail -n 2 --dist loadfile -m docker --durations=8 "${longest[@]}" "${suites[@]}"
 }
 
-# Scenarios that run in the background beside others (each on its own network and names): `fleet`,
-# the longest (three rollouts of three hosts, about 12 min), starts first and runs beside all the
-# others; `hosts` (apt on two fresh hosts, mostly waiting on the mirror; no server containers)
-# beside it; `default` then `upgrade` (one host each, about 3 and 6 min) in the foreground. A fleet
-# rollout mostly waits on Ansible's SSH round trips, which leaves CPU for the others (measured:
-# 4-41 % idle on 2 cores during fleet + upgrade). Their logs: build/molecule/<scenario>.log.
+# Scenarios that run in the background beside another (each on its own network and names):
+# `hosts` (apt on two fresh hosts, mostly waiting on the mirror; no server containers) beside
+# `default`, and `upgrade` (one host) beside `fleet`; a fleet rollout mostly waits on Ansible's
+# SSH round trips, which leaves a core free. Their logs: build/molecule/<scenario>.log.
 declare -A bg_pids=()
 molecule_bg() {
   banner "molecule test -s $1 (in the background; log: build/molecule/$1.log)"
@@ -111,14 +109,14 @@ run_molecule() {
   wait_instance_build
   mkdir -p build/molecule
   local lanes=(hosts default upgrade fleet) scenario
-  molecule_bg fleet
   molecule_bg hosts
   banner "molecule test -s default"
   molecule test -s default
-  banner "molecule test -s upgrade"
-  molecule test -s upgrade
+  molecule_bg upgrade
+  banner "molecule test -s fleet"
+  molecule test -s fleet
   molecule_wait hosts
-  molecule_wait fleet
+  molecule_wait upgrade
   trap - EXIT
   # a scenario added later runs here, alone, until it is given a lane above
   for config in molecule/*/molecule.yml; do
