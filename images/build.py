@@ -379,14 +379,9 @@ def bake_seed(image: str, archive_path: Path, tag: str) -> str:
     if not sha_file.is_file():
         raise BuildError(f"{sha_file}: missing; an archive without its checksum (half-written?) is never baked")
     want = (sha_file.read_text().split() or [""])[0]
-    h = hashlib.sha256()
-    with archive_path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    if h.hexdigest() != want:
-        raise BuildError(
-            f"{archive_path}: sha256 {h.hexdigest()} does not match {sha_file} ({want}): damaged, not baked"
-        )
+    got = archive.sha256_file(archive_path)
+    if got != want:
+        raise BuildError(f"{archive_path}: sha256 {got} does not match {sha_file} ({want}): damaged, not baked")
     fi, cu = (
         _image_label(image, "io.sglang-deploy.flashinfer.version"),
         _image_label(image, "io.sglang-deploy.cuda.version"),

@@ -26,6 +26,7 @@ def summarize(
     run's canary of each GPU profile (preflight's pick), so a failed canary is named as one."""
     names = [r["host"] for r in records]
     canaries = {str(k): str(v) for k, v in (canaries or {}).items()}
+    failed = [r["host"] for r in records if r["outcome"] == "failed"]
 
     def hosts(pred: Callable[[dict[str, Any]], Any]) -> list[str]:
         return [r["host"] for r in records if pred(r)]
@@ -42,10 +43,10 @@ def summarize(
         "rolled_back": hosts(lambda r: r.get("rolled_back")),
         "put_back": hosts(lambda r: r.get("put_back")),
         "left_drained": hosts(lambda r: r.get("in_rotation") == "no"),
-        "failed": hosts(lambda r: r["outcome"] == "failed"),
+        "failed": failed,
         "canaries": canaries,
         # profile -> its canary, for each canary that failed: no wave started after it
-        "failed_canaries": {g: h for g, h in canaries.items() if h in hosts(lambda r: r["outcome"] == "failed")},
+        "failed_canaries": {g: h for g, h in canaries.items() if h in failed},
         "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
     }
 
