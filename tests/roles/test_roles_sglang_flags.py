@@ -1,20 +1,20 @@
-"""The sglang_server_argv / sglang_server_check filters: version-aware flags, the radix-cache
-rule from the patch record, and errors that name the inventory variable."""
+"""sglangargv, the sglang_server role's command line (through its filters): version-aware flags,
+the radix-cache rule from the patch record, and errors that name the inventory variable."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from typing import Any
 
 import pytest
-from roles_testlib import ROLES
 
-_spec = importlib.util.spec_from_file_location("sglang_flags", ROLES.parent / "plugins" / "filter" / "sglang_flags.py")
-assert _spec and _spec.loader
-flags = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = flags
-_spec.loader.exec_module(flags)
+import sglangargv
+import sglangflags
+
+
+def render(*args: Any) -> dict[str, Any]:
+    """What the sglang_server_argv filter hands the role."""
+    return sglangargv.render_argv(*args).as_dict()
+
 
 GUARD = "dsa-fp8-page-table-guard"
 
@@ -46,7 +46,7 @@ def pairs(argv: list[str]) -> dict[str, str]:
 
 
 def test_reference_command_line() -> None:
-    out = flags.sglang_server_argv(settings(), "0.5.9", record("applied"), "120")
+    out = render(settings(), "0.5.9", record("applied"), "120")
     assert out["errors"] == []
     got = pairs(out["argv"])
     assert got["--tp-size"] == "8"
@@ -70,7 +70,7 @@ def test_reference_command_line() -> None:
 )
 def test_flag_names_follow_the_sglang_version(version: str, dsa_flag: str, graph_flag: str) -> None:
     s = settings(dsa_prefill_backend="flashmla_sparse", cuda_graph_max_bs=128)
-    out = flags.sglang_server_argv(s, version, record("applied"), "100")
+    out = render(s, version, record("applied"), "100")
     got = pairs(out["argv"])
     assert got[dsa_flag] == "flashmla_sparse"
     assert got[graph_flag] == "128"
@@ -79,7 +79,7 @@ def test_flag_names_follow_the_sglang_version(version: str, dsa_flag: str, graph
 
 
 def test_versioned_flags_without_a_version_label_fail() -> None:
-    out = flags.sglang_server_argv(settings(cuda_graph_max_bs=64), "", record("applied"), "120")
+    out = render(settings(cuda_graph_max_bs=64), "", record("applied"), "120")
     assert any("sglang_server_cuda_graph_max_bs" in e and "sglang_server_sglang_version" in e for e in out["errors"])
 
 
@@ -100,7 +100,7 @@ def test_versioned_flags_without_a_version_label_fail() -> None:
     ],
 )
 def test_crash_fallback_follows_the_patch_record(policy, rec, kv, radix_off, chunked_prefix_off) -> None:
-    out = flags.sglang_server_argv(settings(radix_cache=policy, kv_cache_dtype=kv), "0.5.23", rec, "120")
+    out = render(settings(radix_cache=policy, kv_cache_dtype=kv), "0.5.23", rec, "120")
     assert out["errors"] == []
     assert ("--disable-radix-cache" in out["argv"]) is radix_off and out["radix_cache_disabled"] is radix_off
     assert ("--disable-chunked-prefix-cache" in out["argv"]) is chunked_prefix_off
@@ -110,12 +110,12 @@ def test_crash_fallback_follows_the_patch_record(policy, rec, kv, radix_off, chu
 
 def test_allreduce_fusion_is_dropped_on_sm120_and_renamed_where_the_release_renamed_it() -> None:
     s = settings(enable_flashinfer_allreduce_fusion=True)
-    on_120 = flags.sglang_server_argv(s, "0.5.9", record("applied"), "120")
-    on_100 = flags.sglang_server_argv(s, "0.5.9", record("applied"), "100")
+    on_120 = render(s, "0.5.9", record("applied"), "120")
+    on_100 = render(s, "0.5.9", record("applied"), "100")
     assert "--enable-flashinfer-allreduce-fusion" not in on_120["argv"]
     assert on_120["warnings"]
     assert "--enable-flashinfer-allreduce-fusion" in on_100["argv"]
-    new = flags.sglang_server_argv(s, "0.5.18", record("applied"), "100")
+    new = render(s, "0.5.18", record("applied"), "100")
     assert pairs(new["argv"])["--flashinfer-allreduce-fusion-backend"] == "auto"
     assert "--enable-flashinfer-allreduce-fusion" not in new["argv"] and new["errors"] == []
 
@@ -146,38 +146,31 @@ def test_allreduce_fusion_is_dropped_on_sm120_and_renamed_where_the_release_rena
     ],
 )
 def test_values_a_release_refuses_are_refused_by_name(over: dict, version: str, needle: str) -> None:
-    out = flags.sglang_server_argv(settings(**over), version, record("applied"), "100")
+    out = render(settings(**over), version, record("applied"), "100")
     assert any(needle in e for e in out["errors"]), out["errors"]
-    assert any(needle in e for e in flags.sglang_server_check(settings(**over), 8, version))  # preflight too
+    assert any(needle in e for e in sglangargv.check(settings(**over), 8, version))  # preflight too
 
 
 def test_accepted_values_pass_on_the_releases_that_accept_them() -> None:
-    assert (
-        flags.sglang_server_argv(settings(attention_backend="dsa"), "0.5.13", record("applied"), "100")["errors"] == []
-    )
-    assert (
-        flags.sglang_server_argv(settings(attention_backend="cutlass_mla"), "0.5.19", record("applied"), "100")[
-            "errors"
-        ]
-        == []
-    )
+    assert render(settings(attention_backend="dsa"), "0.5.13", record("applied"), "100")["errors"] == []
+    assert render(settings(attention_backend="cutlass_mla"), "0.5.19", record("applied"), "100")["errors"] == []
 
 
 def test_deprecated_tool_call_parser_is_a_warning_naming_the_replacement() -> None:
-    out = flags.sglang_server_argv(settings(tool_call_parser="glm45"), "0.5.17", record("applied"), "120")
+    out = render(settings(tool_call_parser="glm45"), "0.5.17", record("applied"), "120")
     assert out["errors"] == []
     assert any(
         "sglang_server_tool_call_parser=glm45 is deprecated in SGLang 0.5.17" in w and "glm47" in w
         for w in out["warnings"]
     )
-    ok = flags.sglang_server_argv(settings(tool_call_parser="glm47"), "0.5.17", record("applied"), "120")
+    ok = render(settings(tool_call_parser="glm47"), "0.5.17", record("applied"), "120")
     assert not any("tool_call_parser" in w for w in ok["warnings"])
 
 
 def test_a_version_older_than_every_table_is_refused_and_a_newer_one_uses_the_newest() -> None:
-    old = flags.sglang_server_argv(settings(), "0.4.9", record("applied"), "120")
+    old = render(settings(), "0.4.9", record("applied"), "120")
     assert any("older than every supported release" in e for e in old["errors"])
-    new = flags.sglang_server_argv(settings(), "0.5.24", record("applied"), "120")
+    new = render(settings(), "0.5.24", record("applied"), "120")
     assert new["flag_table"] == "0.5.23" and any("checked against 0.5.23" in w for w in new["warnings"])
 
 
@@ -196,22 +189,22 @@ def test_a_version_older_than_every_table_is_refused_and_a_newer_one_uses_the_ne
     ],
 )
 def test_bad_settings_name_the_variable(over: dict, gpus: int, needle: str) -> None:
-    errors = flags.sglang_server_check(settings(**over), gpus)
+    errors = sglangargv.check(settings(**over), gpus)
     assert any(needle in e for e in errors), errors
 
 
 def test_good_settings_have_no_errors() -> None:
-    assert flags.sglang_server_check(settings(), 8) == []
-    assert flags.sglang_server_check(settings(tp_size=4), "8") == []
+    assert sglangargv.check(settings(), 8) == []
+    assert sglangargv.check(settings(tp_size=4), "8") == []
 
 
 def test_extra_args_are_appended_verbatim() -> None:
-    out = flags.sglang_server_argv(settings(extra_args=["--stream-output", "--log-level", "info"]), "0.5.9", {}, "120")
+    out = render(settings(extra_args=["--stream-output", "--log-level", "info"]), "0.5.9", {}, "120")
     assert out["argv"][-3:] == ["--stream-output", "--log-level", "info"]
 
 
 def test_env_values_become_strings() -> None:
-    assert flags.sglang_server_str_values({"A": 1, "B": True, "C": "x"}) == {"A": "1", "B": "true", "C": "x"}
+    assert sglangargv.env_strings({"A": 1, "B": True, "C": "x"}) == {"A": "1", "B": "true", "C": "x"}
 
 
 def _example_settings(profile: str = "rtx_pro_6000") -> tuple[dict[str, Any], int, str]:
@@ -256,9 +249,9 @@ def _example_settings(profile: str = "rtx_pro_6000") -> tuple[dict[str, Any], in
     return s, merged["sglang_gpu_count"], merged["sglang_gpu_arch"]
 
 
-RELEASES = sorted((p.name[7:-5] for p in flags.flagtable.TABLES.glob("sglang-*.json")), key=flags.flagtable.version_key)
+RELEASES = sorted((p.name[7:-5] for p in sglangflags.TABLES.glob("sglang-*.json")), key=sglangflags.version_key)
 # The profiles pin what SGLang resolves on Blackwell; flashinfer_sparse_mla is a DSA backend from 0.5.17 on.
-PROFILE_RELEASES = [v for v in RELEASES if flags.flagtable.version_key(v) >= (0, 5, 17)]
+PROFILE_RELEASES = [v for v in RELEASES if sglangflags.version_key(v) >= (0, 5, 17)]
 
 
 @pytest.mark.parametrize("version", PROFILE_RELEASES)
@@ -266,10 +259,10 @@ PROFILE_RELEASES = [v for v in RELEASES if flags.flagtable.version_key(v) >= (0,
 @pytest.mark.parametrize("profile", ["rtx_pro_6000", "b200"])
 def test_example_inventory_renders_only_what_each_release_accepts(version: str, guard: str, profile: str) -> None:
     s, gpus, arch = _example_settings(profile)
-    assert flags.sglang_server_check(s, gpus, version) == []
-    out = flags.sglang_server_argv(s, version, record(guard), arch)
+    assert sglangargv.check(s, gpus, version) == []
+    out = render(s, version, record(guard), arch)
     assert out["errors"] == [] and out["flag_table"] == version
-    table = flags.flag_table(version)[0]["flags"]
+    table = sglangargv.render.flag_table(version)[0]["flags"]
     rendered = [a for a in out["argv"] if a.startswith("--")]
     assert all(f in table and not table[f].get("deprecated") for f in rendered), rendered
     assert not [w for w in out["warnings"] if "deprecated" in w]  # the example uses no deprecated flag or value
@@ -279,24 +272,24 @@ def test_example_inventory_renders_only_what_each_release_accepts(version: str, 
 @pytest.mark.parametrize("version", [v for v in RELEASES if v not in PROFILE_RELEASES])
 def test_the_sm120_profile_is_refused_by_name_on_releases_without_its_dsa_kernels(version: str) -> None:
     s, _gpus, arch = _example_settings("rtx_pro_6000")
-    out = flags.sglang_server_argv(s, version, record("applied"), arch)
+    out = render(s, version, record("applied"), arch)
     assert any(e.startswith("sglang_server_dsa_prefill_backend=flashinfer_sparse_mla is refused by SGLang") or
                f"SGLang {version} has no flag" in e for e in out["errors"]), out["errors"]  # fmt: skip
 
 
 def test_preflight_warns_on_deprecated_values_with_or_without_a_version() -> None:
-    warned = flags.sglang_server_deprecations(settings(tool_call_parser="glm45"), "")  # newest table decides
+    warned = sglangargv.deprecations(settings(tool_call_parser="glm45"), "")  # newest table decides
     assert len(warned) == 1 and "sglang_server_tool_call_parser=glm45 is deprecated in SGLang 0.5.23" in warned[0]
     assert "glm47" in warned[0]
-    old = flags.sglang_server_deprecations(settings(tool_call_parser="glm45"), "0.5.9")
+    old = sglangargv.deprecations(settings(tool_call_parser="glm45"), "0.5.9")
     assert len(old) == 1 and "in SGLang 0.5.9" in old[0]
-    assert flags.sglang_server_deprecations(settings(tool_call_parser="glm47"), "") == []
-    assert flags.sglang_server_deprecations(settings(extra_args=["--stream-output"]), "0.5.17") == [
+    assert sglangargv.deprecations(settings(tool_call_parser="glm47"), "") == []
+    assert sglangargv.deprecations(settings(extra_args=["--stream-output"]), "0.5.17") == [
         "sglang_server_extra_args (--stream-output): --stream-output is deprecated in SGLang 0.5.17; "
         "use --incremental-streaming-output"
     ]
     # where the release has the new flag the role renders it: nothing deprecated to warn about
-    assert flags.sglang_server_deprecations(settings(enable_flashinfer_allreduce_fusion=True), "0.5.14") == []
+    assert sglangargv.deprecations(settings(enable_flashinfer_allreduce_fusion=True), "0.5.14") == []
 
 
 @pytest.mark.parametrize(
@@ -305,20 +298,20 @@ def test_preflight_warns_on_deprecated_values_with_or_without_a_version() -> Non
      ("bf16", "120", False), ("fp8_e5m2", "90", True)],
 )  # fmt: skip
 def test_the_dsa_guard_decides_fp8_from_the_dtype_sglang_resolves(kv: str, arch: str, fp8: bool) -> None:
-    out = flags.sglang_server_argv(settings(kv_cache_dtype=kv), "0.5.23", record("absent"), arch)
+    out = render(settings(kv_cache_dtype=kv), "0.5.23", record("absent"), arch)
     assert out["kv_cache_fp8"] is fp8
     assert ("--disable-chunked-prefix-cache" in out["argv"]) is fp8
 
 
 def test_speculative_decoding_renders_from_structured_settings() -> None:
     spec = {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4, "draft_model_path": ""}
-    out = flags.sglang_server_argv(settings(speculative=spec), "0.5.23", record("applied"), "120")
+    out = render(settings(speculative=spec), "0.5.23", record("applied"), "120")
     assert out["errors"] == []
     got = pairs(out["argv"])
     assert [got["--speculative-algorithm"], got["--speculative-num-steps"], got["--speculative-eagle-topk"],
             got["--speculative-num-draft-tokens"]] == ["EAGLE", "3", "1", "4"]  # fmt: skip
     assert "--speculative-draft-model-path" not in out["argv"]
-    off = flags.sglang_server_argv(settings(speculative={"algorithm": ""}), "0.5.23", record("applied"), "120")
+    off = render(settings(speculative={"algorithm": ""}), "0.5.23", record("applied"), "120")
     assert not [a for a in off["argv"] if a.startswith("--speculative")]
 
 
@@ -334,21 +327,21 @@ def test_speculative_decoding_renders_from_structured_settings() -> None:
     ],
 )
 def test_bad_speculative_settings_name_the_key(spec: Any, needle: str) -> None:
-    assert any(needle in e for e in flags.sglang_server_check(settings(speculative=spec), 8)), needle
-    assert any(needle in e for e in flags.sglang_server_argv(settings(speculative=spec), "0.5.23", {}, "120")["errors"])
+    assert any(needle in e for e in sglangargv.check(settings(speculative=spec), 8)), needle
+    assert any(needle in e for e in render(settings(speculative=spec), "0.5.23", {}, "120")["errors"])
 
 
 @pytest.mark.parametrize(("version", "env", "warned"), [("0.5.21", {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, False),
                                                       ("0.5.23", {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, False),
                                                       ("0.5.20", {}, True), ("0.5.17", {}, True)])  # fmt: skip
 def test_pcie_ipc_allreduce_is_set_only_where_the_release_reads_it(version: str, env: dict, warned: bool) -> None:
-    out = flags.sglang_server_argv(settings(pcie_ipc_allreduce=True), version, record("applied"), "120")
+    out = render(settings(pcie_ipc_allreduce=True), version, record("applied"), "120")
     assert out["env"] == env
     assert any(f"SGLang {version} has no SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in w for w in out["warnings"]) is warned
 
 
 def test_sglang_environment_names_are_checked_against_the_release() -> None:
-    out = flags.sglang_server_argv(
+    out = render(
         settings(env={"SGLANG_PCIE_IPC_MAX_NUMEL": "0", "SGLANG_ENABEL_PCIE_IPC_ALLREDUCE": "1", "NCCL_X": "x"}),
         "0.5.23",
         record("applied"),
