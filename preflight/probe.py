@@ -5,9 +5,8 @@ one SSH round trip per host, no module upload and no Python started on the host.
 output is framed by a marker line carrying its exit status, so one failing command (nvidia-smi on a
 host whose driver fell over) is reported as such and the others are still read.
 
-The shape of ``nvidia-smi -q`` is the recorded H200's (tests/fixtures/nvidia-smi-h200-2026-12-02,
-docs/preflight.md): ``Driver Version : 580.159.04``, one ``GPU <bus id>`` line per GPU, ``MIG Mode`` /
-``Current``, ``FB Memory Usage`` / ``Total : N MiB`` and ``Fabric`` / ``State`` / ``Status`` blocks.
+nvidia-smi's answers are read by ``gpu_facts`` (the one parser, shared with the gpu_host role's
+gpu_health module), on the recorded H200's shapes (tests/fixtures/nvidia-smi-h200-*, docs/preflight.md).
 """
 
 from __future__ import annotations
@@ -36,22 +35,6 @@ class Section:
 
     rc: int
     out: str
-
-
-@dataclass(frozen=True)
-class Smi:
-    """What preflight reads from ``nvidia-smi -q``."""
-
-    driver_version: str  # "0" when the line is missing
-    gpus: int
-    memory_mib: list[int] = field(default_factory=list)  # each GPU's FB memory total
-    mig: list[str] = field(default_factory=list)  # each GPU's MIG mode (Current)
-    fabric: list[str] = field(default_factory=list)  # each GPU's "State / Status" of its NVSwitch fabric
-
-    @property
-    def driver_major(self) -> int:
-        head = self.driver_version.split(".", 1)[0]
-        return int(head) if head.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -92,19 +75,3 @@ def parse_probe(result: Any) -> HostProbe:
             message=f"the probe failed (rc {result.get('rc')}): {result.get('stderr') or result.get('msg', '')}"
         )
     return HostProbe(sections=sections)
-
-
-def parse_smi(text: str) -> Smi:
-    driver = re.search(r"Driver Version\s*:\s*([0-9.]+)", text)
-    return Smi(
-        driver_version=driver.group(1) if driver else "0",
-        gpus=len(re.findall(r"(?m)^GPU [0-9A-Fa-f]+:[0-9A-Fa-f:.]+$", text)),
-        memory_mib=[int(m) for m in re.findall(r"FB Memory Usage\s*\n\s*Total\s*:\s*([0-9]+) MiB", text)],
-        mig=re.findall(r"MIG Mode\s*\n\s*Current\s*:\s*(\S+)", text),
-        fabric=[
-            f"{state} / {status}"
-            for state, status in re.findall(
-                r"Fabric\s*\n\s*State\s*:\s*([^\n]*?)\s*\n\s*Status\s*:\s*([^\n]*?)\s*\n", text
-            )
-        ],
-    )

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from .probe import HostProbe, Smi, parse_smi
+from .gpu_facts import SmiLog, parse_q
+from .probe import HostProbe
 from .settings import PREFIXES
 
 ENGINES = ("sglang", "test-engine")
@@ -82,10 +83,10 @@ class Refusal:
 Rule = Callable[[Settings, HostProbe], "str | None"]
 
 
-def _smi(probe: HostProbe) -> Smi | None:
+def _smi(probe: HostProbe) -> SmiLog | None:
     """nvidia-smi's answer, when it gave one (rc 0)."""
     section = probe.get("nvidia-smi")
-    return parse_smi(section.out) if section is not None and section.rc == 0 else None
+    return parse_q(section.out) if section is not None and section.rc == 0 else None
 
 
 def probe_complete(s: Settings, probe: HostProbe) -> str | None:
@@ -156,7 +157,7 @@ def nvidia_driver(s: Settings, probe: HostProbe) -> str | None:
             f"nvidia-smi -q failed (rc {section.rc}): {section.out.strip()[:200]}. Install the NVIDIA driver, or set "
             "sglang_gpu_host_prepare: false for hosts without GPUs."
         )
-    smi = parse_smi(section.out)
+    smi = parse_q(section.out)
     if smi.driver_major >= s.min_driver:
         return None
     return (
@@ -178,11 +179,12 @@ def mig_off(s: Settings, probe: HostProbe) -> str | None:
 
 def gpu_count(s: Settings, probe: HostProbe) -> str | None:
     smi = _smi(probe)
-    if smi is None or smi.gpus >= s.gpu_count:
+    if smi is None or len(smi.gpus) >= s.gpu_count:
         return None
     return (
-        f"nvidia-smi sees {smi.gpus} GPU(s), the profile needs {s.gpu_count} (sglang_gpu_count, the tensor-parallel "
-        "size): a GPU is missing or fell off the bus (nvidia-smi -q, dmesg Xid 79), or the host is in the wrong group."
+        f"nvidia-smi sees {len(smi.gpus)} GPU(s), the profile needs {s.gpu_count} (sglang_gpu_count, the "
+        "tensor-parallel size): a GPU is missing or fell off the bus (nvidia-smi -q, dmesg Xid 79), or the host is "
+        "in the wrong group."
     )
 
 

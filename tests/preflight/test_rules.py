@@ -57,8 +57,8 @@ def test_the_probe_script_runs_in_sh_and_frames_each_answer(tmp_path: Path) -> N
 
 
 def test_the_recorded_h200_passes_every_rule() -> None:
-    smi = preflight.parse_smi(RECORDED)
-    assert (smi.driver_version, smi.driver_major, smi.gpus) == ("580.159.04", 580, 1)
+    smi = preflight.parse_q(RECORDED)
+    assert (smi.driver_version, smi.driver_major, len(smi.gpus)) == ("580.159.04", 580, 1)
     assert (smi.memory_mib, smi.mig, smi.fabric) == ([143771], ["Disabled"], ["N/A / N/A"])
     assert preflight.judge_host(preflight.Settings(gpu_count=1, min_memory_gib=140), _probe()) == []
 
@@ -93,7 +93,7 @@ def test_an_nvswitch_fabric_that_completed_passes_and_one_that_failed_does_not()
     assert block in RECORDED
     ok = RECORDED.replace(block, block.replace("N/A", "Completed", 1).replace(": N/A", ": Success"))
     bad = RECORDED.replace(block, block.replace("N/A", "Completed", 1).replace(": N/A", ": Failure"))
-    assert preflight.parse_smi(ok).fabric == ["Completed / Success"]
+    assert preflight.parse_q(ok).fabric == ["Completed / Success"]
     assert _refusals(preflight.Settings(), _probe(smi=ok)) == {}
     assert "Completed / Failure" in _refusals(preflight.Settings(), _probe(smi=bad))["fabric_up"]
 
