@@ -8,11 +8,12 @@ SSH round trip, no Python on the host), and the ``rollout_preflight`` action plu
 rule reads alone, returns a refusal that names the variable and the fix, or nothing.
 """
 
-from . import gpu_facts, rules, settings
+from . import gpu_facts, rules, settings, specs
 from .gpu_facts import SmiLog, parse_q, parse_query
 from .probe import SCRIPT, HostProbe, Section, parse_probe
 from .rules import RULES, Refusal, Settings, group_refusals, judge_host, unknown_variables
 from .settings import representatives, settings_key
+from .specs import Specs
 
 __all__ = [
     "RULES",
@@ -22,6 +23,7 @@ __all__ = [
     "Section",
     "Settings",
     "SmiLog",
+    "Specs",
     "gpu_facts",
     "group_refusals",
     "judge_host",
@@ -32,5 +34,6 @@ __all__ = [
     "rules",
     "settings",
     "settings_key",
+    "specs",
     "unknown_variables",
 ]

@@ -15,17 +15,38 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .gpu_facts import QUERY_FIELDS
+
 MARK = "@@preflight"
 # $1: the disk path to measure; $2: the nvidia-smi command, or "-" on hosts without GPUs;
-# $3: "docker" to ask the docker engine (hosts gpu_host does not prepare), else "-".
+# $3: "version" to ask the docker engine whether it answers (hosts gpu_host does not prepare),
+#     "runtimes" to ask it for its runtimes and look for the NVIDIA toolkit (GPU hosts), else "-";
+# $4: the last good deploy's record ("-": none) and, after it, the command printing the kernel log
+#     (absent: Xid events are not asked for). Only the kernel log's Xid lines travel back (the last
+#     50), and the clock that places the record in seconds since boot, as dmesg stamps its lines.
 SCRIPT = r"""
 s() { n=$1; shift; o=$("$@" 2>&1); r=$?; printf '%s %s rc=%s\n%s\n' "@@preflight" "$n" "$r" "$o"; }
+x() { o=$("$@" 2>&1); r=$?; printf '%s xid rc=%s\n' "@@preflight" "$r"
+  if [ "$r" = 0 ]; then printf '%s\n' "$o" | grep -F 'NVRM: Xid' | tail -n 50
+  else printf '%s\n' "$o" | tail -n 3; fi; }
 s uid id -u
 s df df -P -B1 "$1"
-[ "$2" = - ] || s nvidia-smi "$2" -q
-[ "$3" = docker ] && s docker docker version --format '{{.Server.Version}}'
+if [ "$2" != - ]; then
+  s nvidia-smi "$2" -q
+  s gpus "$2" --query-gpu=QUERY_FIELDS --format=csv
+fi
+[ "$3" = version ] && s docker docker version --format '{{.Server.Version}}'
+if [ "$3" = runtimes ]; then
+  s runtimes docker info --format '{{json .Runtimes}}'
+  s toolkit sh -c 'command -v nvidia-container-runtime'
+fi
+if [ $# -gt 4 ]; then
+  f=$4; shift 4
+  s clock sh -c 'date +%s; cut -d" " -f1 /proc/uptime; stat -c %Y "$1" 2>/dev/null || echo none' clock "$f"
+  x "$@"
+fi
 exit 0
-"""
+""".replace("QUERY_FIELDS", QUERY_FIELDS)
 _HEADER = re.compile(rf"^{MARK} (\S+) rc=(-?\d+)$", re.MULTILINE)
 
 
