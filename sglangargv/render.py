@@ -140,7 +140,7 @@ def render_argv(
             argv.extend([flag, str(value).strip()])
 
     def switch(flag: str, key: str) -> None:
-        if as_bool(settings, key, []):
+        if as_bool(settings, key):
             argv.append(flag)
 
     add("--model-path", "model_path")
@@ -188,7 +188,7 @@ def render_argv(
     add("--tool-call-parser", "tool_call_parser")
     switch("--disable-custom-all-reduce", "disable_custom_all_reduce")
     switch("--disable-shared-experts-fusion", "disable_shared_experts_fusion")
-    if as_bool(settings, "enable_flashinfer_allreduce_fusion", []):
+    if as_bool(settings, "enable_flashinfer_allreduce_fusion"):
         if arch == "120":
             out.warnings.append(
                 f"{PREFIX}enable_flashinfer_allreduce_fusion is a no-op on sm_120 (RTX PRO 6000): not rendered"
@@ -240,7 +240,7 @@ def _render_env(settings: dict[str, Any], table: dict[str, Any] | None, out: Ren
     """SGLang's environment switches the settings turn on, where the release reads them."""
     known = (table or {}).get("environment")
     version = (table or {}).get("sglang_version", "?")
-    if as_bool(settings, "pcie_ipc_allreduce", []):
+    if as_bool(settings, "pcie_ipc_allreduce"):
         if known is None:
             out.warnings.append(
                 f"{PREFIX}pcie_ipc_allreduce: the SGLang version is unknown; {PCIE_IPC_ENV}=1 set (read from 0.5.21)"

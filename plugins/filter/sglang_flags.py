@@ -30,7 +30,6 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {
-            "sglang_server_check": sglangargv.check,
             "sglang_server_deprecations": sglangargv.deprecations,
             "sglang_server_argv": sglang_server_argv,
             "sglang_server_str_values": sglangargv.env_strings,

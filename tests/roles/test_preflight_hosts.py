@@ -144,3 +144,18 @@ def test_a_docker_without_the_nvidia_runtime_that_the_role_will_not_add_stops_pr
     assert ("gpu_host_manage_daemon_config is false: run 'nvidia-ctk runtime configure --runtime=docker' on the host "
             "and reload docker, or set gpu_host_manage_daemon_config: true.") in " ".join(run.out.split())
 
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("sglang_gate_port=70000",
+         "Invalid sglang_gate settings for localhost: sglang_gate_port must be in 1..65535 (got 70000)"),
+        ("sglang_gate_port=seventy", "argument 'sglang_gate_port' is of type str and we were unable to convert to int"),
+    ],
+)  # fmt: skip
+def test_a_roles_bad_setting_stops_preflight_naming_it(tmp_path: Path, extra: str, needle: str) -> None:
+    """The roles' settings checks (their argument specs, then preflight/role_rules.py through the
+    settings_check action) run in preflight, before any host changes."""
+    run = _preflight(tmp_path, RECORDED, "-e", extra)
+    _judged(run, "Check the gate settings", needle)
+    assert "PLAY [Roll out" not in run.out and all(c["changed"] == 0 for c in run.recap.values())

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from roles_testlib import ROLES
 
 import sglangargv
 import sglangflags
@@ -178,19 +181,59 @@ def test_a_version_older_than_every_table_is_refused_and_a_newer_one_uses_the_ne
     ("over", "gpus", "needle"),
     [
         ({"tp_size": 3}, 8, "sglang_server_tp_size=3 must divide sglang_gpu_count=8; allowed values: 1, 2, 4, 8"),
-        ({"kv_cache_dtype": "fp9"}, 8, "sglang_server_kv_cache_dtype must be one of: auto, fp8_e4m3"),
         ({"port": 70000}, 8, "sglang_server_port must be in 1..65535"),
         ({"mem_fraction_static": 1.5}, 8, "sglang_server_mem_fraction_static must be a number in (0, 1)"),
         ({"model_path": ""}, 8, "sglang_server_model_path must be set"),
         ({"extra_args": ["--tp-size", "4"]}, 8, "--tp-size, which sglang_server_tp_size already controls"),
         ({"extra_args": ["--disable-radix-cache"]}, 8, "use sglang_server_radix_cache"),
         ({"disable_cuda_graph": True, "cuda_graph_max_bs": 8}, 8, "contradictory"),
-        ({"moe_runner_backend": "cutlass_fp9"}, 8, "sglang_server_moe_runner_backend must be one of"),
+        ({"tp_size": 0}, 8, "sglang_server_tp_size must be in 1 or more, got 0"),
+        ({"tp_size": None}, 8, "sglang_server_tp_size must be set (1 or more)"),
+        ({"max_running_requests": "0"}, 8, "sglang_server_max_running_requests must be in 1 or more, got 0"),
+        ({}, 0, "sglang_gpu_count must be 1 or more, got 0"),
     ],
 )
 def test_bad_settings_name_the_variable(over: dict, gpus: int, needle: str) -> None:
     errors = sglangargv.check(settings(**over), gpus)
     assert any(needle in e for e in errors), errors
+
+
+SPEC = yaml.safe_load((ROLES / "sglang_server/meta/argument_specs.yml").read_text())["argument_specs"]["validate"]
+SPEC = SPEC["options"]
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"sglang_server_kv_cache_dtype": "fp9"},
+         "value of sglang_server_kv_cache_dtype must be one of: auto, fp8_e4m3, fp8_e5m2, bf16, got: fp9"),
+        ({"sglang_server_moe_runner_backend": "cutlass_fp9"},
+         "value of sglang_server_moe_runner_backend must be one of: , auto, triton, triton_kernel, deep_gemm, cutlass, "
+         "flashinfer_cutlass, flashinfer_trtllm, flashinfer_mxfp4, flashinfer_cutedsl, got: cutlass_fp9"),
+        ({"sglang_server_speculative": {"algorithm": "MEDUSA"}},
+         "value of algorithm must be one of: , EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, got: MEDUSA found in "
+         "sglang_server_speculative"),
+        ({"sglang_server_speculative": {"algorithm": "EAGLE", "steps": 3}},
+         "sglang_server_speculative.steps. Supported parameters include: algorithm, draft_model_path, eagle_topk, "
+         "num_draft_tokens, num_steps"),
+        ({"sglang_server_speculative": "EAGLE"},
+         "argument 'sglang_server_speculative' is of type str and we were unable to convert to dict"),
+        ({"sglang_server_tp_size": "eight"}, "argument 'sglang_server_tp_size' is of type str and we were unable to "
+         "convert to int"),
+        ({"sglang_server_disable_cuda_graph": "maybe"},
+         "argument 'sglang_server_disable_cuda_graph' is of type str and we were unable to convert to bool"),
+        ({"sglang_server_extra_args": "--x"}, None),  # a string becomes a one-item list
+    ],
+)  # fmt: skip
+def test_types_and_choices_are_the_argument_specs_which_name_the_variable(over: dict, message: str | None) -> None:
+    """What each setting may hold is written once, in the role's argument spec; Ansible's validator
+    (the one the role's entry point runs) refuses the rest, naming the variable and what it may hold."""
+    base = {"sglang_server_container_name": "sglang", "sglang_server_model_path": "m", "sglang_server_tp_size": 8}
+    result = ArgumentSpecValidator(SPEC).validate({**base, **over})
+    if message is None:
+        assert result.error_messages == []
+    else:
+        assert any(message in e for e in result.error_messages), result.error_messages
 
 
 def test_good_settings_have_no_errors() -> None:
@@ -318,12 +361,10 @@ def test_speculative_decoding_renders_from_structured_settings() -> None:
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ({"algorithm": "MEDUSA"}, "sglang_server_speculative.algorithm must be one of"),
         ({"algorithm": "EAGLE", "num_steps": 0}, "sglang_server_speculative.num_steps must be an integer of 1 or more"),
-        ({"algorithm": "EAGLE", "num_steps": True}, "sglang_server_speculative.num_steps must be an integer"),
+        ({"algorithm": "EAGLE", "eagle_topk": "0"}, "speculative.eagle_topk must be an integer of 1 or more, got '0'"),
+        ({"algorithm": "", "draft_model_path": "/m"}, "speculative sets draft_model_path without an algorithm"),
         ({"algorithm": "", "num_steps": 3}, "sglang_server_speculative sets num_steps without an algorithm"),
-        ({"algorithm": "EAGLE", "steps": 3}, "sglang_server_speculative has unknown keys ['steps']"),
-        ("EAGLE", "sglang_server_speculative must be a mapping"),
     ],
 )
 def test_bad_speculative_settings_name_the_key(spec: Any, needle: str) -> None:
