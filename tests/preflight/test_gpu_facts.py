@@ -2,7 +2,7 @@
 """The one reader of nvidia-smi and the kernel log (preflight/gpu_facts.py), on the bytes a real H200
 answered (tests/fixtures/nvidia-smi-h200-2026-12-02, -03): every value of `nvidia-smi -q` under its
 section path, the CSV query with its units and [N/A], Xid lines and the last good deploy's clock. The
-gpu_host role ships the same file to its hosts (roles/gpu_host/module_utils/gpu_facts.py is a link)."""
+gpu_host role ships the same file to its hosts (tests/roles/test_roles_gpu_health.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,6 @@ REPO = Path(__file__).resolve().parents[2]
 Q = (REPO / "tests/fixtures/nvidia-smi-h200-2026-12-02/nvidia-smi-q.txt").read_text()
 QUERY = (REPO / "tests/fixtures/nvidia-smi-h200-2026-12-03/nvidia-smi-query-health.csv").read_text()
 BUS = "00000000:00:06.0"
-
-
-def test_the_role_ships_this_very_file() -> None:
-    link = REPO / "roles/gpu_host/module_utils/gpu_facts.py"
-    assert link.is_symlink() and link.resolve() == (REPO / "preflight/gpu_facts.py").resolve()
 
 
 def test_recorded_nvidia_smi_q_reads_every_value_under_its_section_path() -> None:

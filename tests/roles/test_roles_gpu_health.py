@@ -64,6 +64,14 @@ def _h200():
     return gpus, q, topo
 
 
+def test_the_role_ships_preflights_parser_itself():
+    """One reader of nvidia-smi: the module's module_utils is a link to preflight/gpu_facts.py, and
+    the role runs below (test_role_...) prove Ansible ships it in the module's payload."""
+    link = ROLES / "gpu_host/module_utils/gpu_facts.py"
+    assert link.is_symlink() and link.resolve() == (REPO / "preflight/gpu_facts.py").resolve()
+    assert health.facts is gpu_facts
+
+
 def test_recorded_h200_parses_to_its_real_values_and_is_healthy():
     gpus, q, topo = _h200()
     assert len(gpus) == 1
