@@ -9,6 +9,7 @@ and defaults and in preflight/variables.yml (preflight/specs.py): no default is 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -118,7 +119,13 @@ Rule = Callable[[Settings, HostProbe], "str | None"]
 def _smi(probe: HostProbe) -> SmiLog | None:
     """nvidia-smi's answer, when it gave one (rc 0)."""
     section = probe.get("nvidia-smi")
-    return parse_q(section.out) if section is not None and section.rc == 0 else None
+    return _parse_q(section.out) if section is not None and section.rc == 0 else None
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_q(text: str) -> SmiLog:
+    """Read once per host, whichever rules read it (an 8-GPU answer is about 2,000 lines)."""
+    return parse_q(text)
 
 
 def _gpus(probe: HostProbe) -> list[dict[str, str | None]]:
@@ -191,7 +198,7 @@ def nvidia_driver(s: Settings, probe: HostProbe) -> str | None:
             f"nvidia-smi -q failed (rc {section.rc}): {section.out.strip()[:200]}. Install the NVIDIA driver, or set "
             "sglang_gpu_host_prepare: false for hosts without GPUs."
         )
-    smi = parse_q(section.out)
+    smi = _parse_q(section.out)
     if smi.driver_major >= s.min_driver:
         return None
     return (

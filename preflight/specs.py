@@ -60,22 +60,29 @@ class Specs:
         return frozenset(self.options) | self.role_variables | self.run_state
 
     def typed(self, hv: Mapping[str, Any], names: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
-        """``names`` read from a host's variables (unset or empty: the default), each validated and
-        coerced against its spec; an invalid one takes its default, and its error (naming the variable
-        and what it may hold) is returned."""
+        """``names`` read from a host's variables (unset or empty: the default), validated and coerced
+        against their specs; an invalid one takes its default, and its error (naming the variable and
+        what it may hold) is returned."""
+        spec: dict[str, dict[str, Any]] = {}
+        given: dict[str, Any] = {}
+        for name in names:
+            spec[name] = {k: v for k, v in (self.options.get(name) or {"type": "raw"}).items() if k not in _NOT_CHECKED}
+            if name in self.defaults:
+                spec[name]["default"] = self.defaults[name]
+            value = hv.get(name)
+            if value is not None and value != "":
+                given[name] = value
+        result = ArgumentSpecValidator(spec).validate(given)
+        if not result.error_messages:
+            return dict(result.validated_parameters), []
         values: dict[str, Any] = {}
         errors: list[str] = []
-        for name in names:
-            spec = {k: v for k, v in (self.options.get(name) or {"type": "raw"}).items() if k not in _NOT_CHECKED}
-            if name in self.defaults:
-                spec["default"] = self.defaults[name]
-            value = hv.get(name)
-            given = {} if value is None or value == "" else {name: value}
-            result = ArgumentSpecValidator({name: spec}).validate(given)
-            if result.error_messages:
-                errors += result.error_messages
-                result = ArgumentSpecValidator({name: spec}).validate({})
-            values[name] = result.validated_parameters.get(name)
+        for name in spec:  # which ones: each alone, an invalid one read as its default
+            one = ArgumentSpecValidator({name: spec[name]}).validate({k: v for k, v in given.items() if k == name})
+            errors += one.error_messages
+            if one.error_messages:
+                one = ArgumentSpecValidator({name: spec[name]}).validate({})
+            values[name] = one.validated_parameters.get(name)
         return values, errors
 
 

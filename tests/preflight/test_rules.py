@@ -77,7 +77,7 @@ def test_the_probe_script_runs_in_sh_and_frames_each_answer(tmp_path: Path) -> N
     state = tmp_path / "state"
     state.mkdir()
     (state / "sglang.last-good.json").write_text("{}")  # written now: long after 5 s from boot
-    settings = _settings(disk_path=str(tmp_path), nvidia_smi=str(smi), check_runtime=False,
+    settings = _settings(disk_path=str(tmp_path), min_free_gb=0, nvidia_smi=str(smi), check_runtime=False,
                          kernel_log=["cat", str(klog)], state_dir=str(state))  # fmt: skip
     assert settings.probe_args() == [str(tmp_path), str(smi), "-", f"{state}/sglang.last-good.json", "cat", str(klog)]
     out = subprocess.run(
