@@ -100,7 +100,7 @@ def parse_q(text: str) -> SmiLog:
     gpus: dict[str, dict[str, str]] = {}
     current = header
     path: list[str] = []
-    for raw in text.replace("\r\n", "\n").splitlines():
+    for raw in text.splitlines():  # CRLF too (a probe over SSH with become runs on a pty)
         gpu = _GPU_LINE.match(raw)
         if gpu:
             current = gpus.setdefault(gpu.group(1).lower(), {})
@@ -128,7 +128,7 @@ def value(text: str | None) -> str | None:
 def parse_query(text: str) -> list[dict[str, str | None]]:
     """``nvidia-smi --query-gpu=... --format=csv``: one dict per GPU, keyed by the header's field names
     (without their units)."""
-    rows = list(csv.reader(io.StringIO(text.replace("\r\n", "\n").strip()), skipinitialspace=True))
+    rows = list(csv.reader(io.StringIO(text.strip())))
     if not rows:
         return []
     header = [h.split(" [")[0].strip() for h in rows[0]]

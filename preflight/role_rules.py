@@ -148,7 +148,7 @@ def sglang_gate(v: Values, context: Values) -> list[str]:
     if not (isinstance(port, int) and 1 <= port <= 65535):
         errors.append(f"sglang_gate_port must be in 1..65535 (got {_json(port)})")
     errors += _positive(v, "sglang_gate_timeout_s", "sglang_gate_poll_s")
-    deadline = int(config.get("deadline_s", _GATE_DEADLINE_S)) if isinstance(config, Mapping) else _GATE_DEADLINE_S
+    deadline = int(config.get("deadline_s", _GATE_DEADLINE_S))  # a dict: the spec's type
     timeout = v.get("sglang_gate_timeout_s")
     if isinstance(timeout, int) and timeout < deadline + _GATE_MARGIN_S:
         errors.append(

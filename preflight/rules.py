@@ -79,9 +79,8 @@ class Settings:
         is named in the errors and read as its default."""
         names = [*SETTING_VARIABLES.values(), *sorted(specs.ours - set(SETTING_VARIABLES.values()))]
         values, errors = specs.typed(hv, names)
-        become = hv.get("ansible_become")
         return cls(
-            become=str(become).strip().lower() in _TRUE if isinstance(become, str) else bool(become),
+            become=str(hv.get("ansible_become")).strip().lower() in _TRUE,  # Ansible's truth words, or a bool
             user=str(hv.get("ansible_user") or "the SSH user"),
             **{f: values[v] for f, v in SETTING_VARIABLES.items()},
         ), errors

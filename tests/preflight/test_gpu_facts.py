@@ -119,3 +119,17 @@ def test_an_unreadable_kernel_log_names_the_command_and_the_fix() -> None:
         "cannot read the kernel log for Xid events (dmesg -T: rc 1, dmesg: read kernel buffer failed: Operation not "
         "permitted): run with become, or set gpu_host_check_xid: false"
     )
+
+
+def test_edges_a_section_line_with_an_empty_value_an_ignored_code_first_and_a_long_kernel_log_error() -> None:
+    log = gpu_facts.parse_q("GPU 00000000:3B:00.0\n    Remapped Rows :\n        Pending : Yes\n")
+    assert log.gpus == {"00000000:3b:00.0": {"Remapped Rows/Pending": "Yes"}}
+    events = gpu_facts.parse_xid(
+        "[ 1.0] NVRM: Xid (PCI:0000:00:06): 79, a\n[ 2.0] NVRM: Xid (PCI:0000:00:06): 13, b\n"
+    )
+    assert gpu_facts.xid_failures(events, [], None, [79]) == [
+        "GPU at PCI 0000:00:06: Xid 13 (graphics engine exception) in the kernel log since boot: [ 2.0] NVRM: Xid "
+        "(PCI:0000:00:06): 13, b"
+    ]
+    said = gpu_facts.kernel_log_unreadable(["dmesg"], 1, "z" * 300)
+    assert "z" * 200 in said and "z" * 201 not in said

@@ -123,3 +123,40 @@ def test_the_server_rules_include_the_command_lines_against_the_images_release()
     refused = _check("sglang_server", {"settings": {**FLAGS, "attention_backend": "cutlass_mla"}, "sglang_version": "0.5.23"})
     assert len(refused) == 1 and refused[0].startswith("sglang_server_attention_backend=cutlass_mla is refused by SGLang 0.5.23 --attention-backend (allowed:")
     assert _check("sglang_server", {"settings": {**FLAGS, "attention_backend": "cutlass_mla"}, "sglang_version": ""}) == []
+
+
+@pytest.mark.parametrize(
+    ("role", "over", "errors"),
+    [
+        ("flashinfer_cache", {"flashinfer_cache_volume_prefix": None}, ['flashinfer_cache_volume_prefix must match [a-zA-Z0-9][a-zA-Z0-9_.-]* (got "")']),
+        ("sglang_server", {"sglang_server_ready_delay_s": 1}, []),
+        ("gpu_host", {"gpu_host_expected_gpu_count": 1}, []),
+        ("gpu_host", {"gpu_host_expected_gpu_arch": None}, []),
+        ("sglang_server", {"sglang_server_bind_address": None}, [
+            "the server would answer on every address (sglang_server_bind_address=) without an API key: set "
+            "sglang_server_api_key (ansible-vault), bind to one address (e.g. the host's internal one), or set "
+            "sglang_server_allow_open_without_key: true for a closed network"]),
+        ("sglang_server", {"sglang_server_engine": "test-engine", "sglang_server_test_engine_env": {"TEST_ENGINE_FAULT": "x"}}, []),
+        ("sglang_gate", {"sglang_gate_port": 1}, []),
+    ],
+)  # fmt: skip
+def test_edges_of_each_rule(role: str, over: dict, errors: list[str]) -> None:
+    assert _check(role, **over) == errors
+
+
+def test_an_archive_needs_its_checksum_beside_it_or_where_the_variable_says(tmp_path: Path) -> None:
+    archive = tmp_path / "img.tar"
+    archive.write_text("x")
+    over = {"sglang_image_source": "archive", "sglang_image_archive_path": str(archive)}
+    assert _check("sglang_image", **over) == [
+        f"sglang_image_archive_path: {archive} or its checksum {archive}.sha256 does not exist on the controller. "
+        "Build it with the images/ tooling (or set sglang_image_archive_on_host)"
+    ]
+    elsewhere = tmp_path / "sums" / "img.sha256"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("0" * 64)
+    assert _check("sglang_image", **over, sglang_image_archive_checksum_path=str(elsewhere)) == []
+    (tmp_path / "img.tar.sha256").write_text("0" * 64)
+    assert _check("sglang_image", **over) == []
+    archive.unlink()
+    assert _check("sglang_image", **over)[0].startswith(f"sglang_image_archive_path: {archive} or its checksum")

@@ -510,3 +510,98 @@ def test_the_nvidia_container_runtime_is_there_or_the_role_will_set_it_up(settin
         assert said == {}
     else:
         assert list(said) == ["nvidia_runtime"] and said["nvidia_runtime"].startswith(message), said
+
+
+def test_specs_are_read_from_the_roles_and_variables_yml_each_time_they_load() -> None:
+    """Loaded inside the test (not at import), as the action plugins load them in a run: the roles'
+    plain defaults are defaults, templated ones are not (only the role resolves them), a name
+    without a spec passes as it is, and an empty value is unset."""
+    preflight.specs.load.cache_clear()
+    specs = preflight.specs.load(REPO / "roles")
+    assert {"sglang_server_kv_cache_dtype", "gpu_host_xid_since_file"} <= specs.role_variables
+    assert specs.ours >= {"sglang_engine", "sglang_gpu_arch", "sglang_preflight_min_free_gb"}
+    assert specs.run_state == preflight.specs.RUN_STATE and "sglang_rollout_canary_done" in specs.run_state
+    assert specs.known == specs.ours | specs.role_variables | specs.run_state | set(specs.options)
+    assert specs.defaults["gpu_host_nvidia_smi"] == "nvidia-smi" and specs.defaults["sglang_gpu_count"] == 8
+    assert "gpu_host_expected_gpu_count" not in specs.defaults  # "{{ sglang_gpu_count | default(8) }}"
+    assert specs.options["sglang_server_kv_cache_dtype"]["choices"] == ["auto", "fp8_e4m3", "fp8_e5m2", "bf16"]
+    values, errors = specs.typed(
+        {"no_spec_here": {"a": "1"}, "gpu_host_nvidia_smi": "", "gpu_host_expected_gpu_count": "4"},
+        ["no_spec_here", "gpu_host_nvidia_smi", "gpu_host_expected_gpu_count", "sglang_gpu_arch"],
+    )
+    assert errors == []
+    assert values == {"no_spec_here": {"a": "1"}, "gpu_host_nvidia_smi": "nvidia-smi", "gpu_host_expected_gpu_count": 4,
+                      "sglang_gpu_arch": ""}  # fmt: skip
+    values, errors = specs.typed({"no_spec_here": "x", "sglang_gpu_count": "many"}, ["no_spec_here", "sglang_gpu_count"])
+    assert values == {"no_spec_here": "x", "sglang_gpu_count": 8} and len(errors) == 1
+
+
+def test_edges_of_the_probe_answer_and_of_the_limits() -> None:
+    """What mutation testing found unread: a section keeps its last line's trailing characters, an
+    answer without msg or stdout reads as empty, limits are inclusive, the fallbacks read whole."""
+    sections = preflight.probe.parse_sections("@@preflight a rc=0\nline  \n@@preflight b rc=1\nends X\n\n")
+    assert sections == {"a": Section(0, "line  "), "b": Section(1, "ends X")}
+    assert preflight.parse_probe({"unreachable": True}) == HostProbe(unreachable=True, message="")
+    assert preflight.parse_probe({"failed": True, "rc": 1}) == HostProbe(message="the probe failed (rc 1): ")
+    exact = DF.replace("600000000000", "40000000000")  # 40 GB to the byte
+    assert _refusals(_settings(), _probe(df=exact)) == {}
+    assert "free_disk" in _refusals(_settings(), _probe(df=DF.replace("600000000000", "39999999999")))
+    assert _refusals(_settings(become=True, user="ops"), _probe(uid=""))["become_makes_root"].startswith(
+        "ansible_become is on but commands run as uid ?: give ops sudo to root"
+    )
+    assert _refusals(_settings(min_memory_gib=141), _probe())["gpu_memory"] == (
+        "its smallest GPU has 143771 MiB, the profile needs 141 GiB (sglang_gpu_min_memory_gib): this host belongs in "
+        "another GPU profile."
+    )
+    two = preflight.judge_host(_settings(), _probe(), invalid=["a", "b"])
+    assert [r.message for r in two if r.rule == "settings"] == ["invalid setting(s): a; b."]
+
+
+@pytest.mark.parametrize(
+    ("probe", "rule", "prefix", "cut"),
+    [
+        ({"smi": None, "docker": Section(1, "d" * 400)}, "docker_answers", "docker does not answer: ", 300),
+        ({"df": "e" * 400}, "free_disk", "df -P -B1 /var/lib (sglang_preflight_disk_path) gave no free space (rc 0): ", 200),
+        ({"smi_rc": 9, "smi": "f" * 400}, "nvidia_driver", "nvidia-smi -q failed (rc 9): ", 200),
+        ({"gpus": Section(9, "g" * 400)}, "gpu_arch", "nvidia-smi --query-gpu failed (rc 9): ", 200),
+        ({"xid": Section(0, XID_13), "clock": "h" * 400}, "xid_since_last_good",
+         "the host's clock could not be read (date +%s, /proc/uptime): '", 200),
+    ],
+)  # fmt: skip
+def test_long_answers_are_cut_where_the_message_says(probe: dict, rule: str, prefix: str, cut: int) -> None:
+    settings = {"gpu_host_prepare": False} if rule == "docker_answers" else {}
+    said = _refusals(_settings(**settings), _probe(**probe))[rule]
+    assert said.startswith(prefix) and said[len(prefix) :].startswith(said[len(prefix)] * cut)
+    assert not said[len(prefix) :].startswith(said[len(prefix)] * (cut + 1))
+
+
+def test_xid_edges_exactly_three_events_no_clock_section_and_a_record_line_missing() -> None:
+    three = Section(0, "\n".join(XID_13.replace("6000.0", f"{6000 + i}.0") for i in range(3)))
+    assert " more)" not in _refusals(_settings(), _probe(xid=three))["xid_since_last_good"]
+    four = Section(0, "\n".join(XID_13.replace("6000.0", f"{6000 + i}.0") for i in range(4)))
+    assert " (and 1 more). " in _refusals(_settings(), _probe(xid=four))["xid_since_last_good"]
+    no_clock = HostProbe(sections={k: v for k, v in _probe(xid=Section(0, XID_13)).sections.items() if k != "clock"})
+    assert preflight.rules.xid_since_last_good(_settings(), no_clock) == (
+        "the host's clock could not be read (date +%s, /proc/uptime): ''."
+    )
+    two_lines = _refusals(_settings(), _probe(xid=Section(0, XID_79), clock="1010000\n10000.00"))
+    assert "in the kernel log since boot" in two_lines["xid_since_last_good"]  # no third line: no record
+
+
+def test_runtime_edges_no_toolkit_answer_and_a_docker_that_failed_with_json() -> None:
+    no_toolkit = HostProbe(sections={k: v for k, v in _probe().sections.items() if k != "toolkit"})
+    assert preflight.rules.nvidia_runtime(_settings(manage_daemon_config=False), no_toolkit) is None
+    failed = _refusals(_settings(manage_daemon_config=False), _probe(runtimes=Section(1, NVIDIA_RUNTIMES)))
+    assert failed["nvidia_runtime"].startswith(f"docker has no nvidia runtime (docker info: {NVIDIA_RUNTIMES})")
+    long = _refusals(_settings(manage_daemon_config=False), _probe(runtimes=Section(1, "r" * 400)))["nvidia_runtime"]
+    assert "r" * 200 in long and "r" * 201 not in long
+
+
+def test_refusals_name_up_to_eight_hosts_by_default() -> None:
+    old = preflight.Refusal("nvidia_driver", "driver old")
+    assert preflight.group_refusals({f"h{i}": [old] for i in range(1, 9)}) == [
+        "h1, h2, h3, h4, h5, h6, h7, h8: driver old"
+    ]
+    assert preflight.group_refusals({f"h{i}": [old] for i in range(1, 10)}) == [
+        "h1, h2, h3, h4, h5, h6, h7, h8 and 1 more: driver old"
+    ]
