@@ -239,7 +239,7 @@ def render_argv(
 def _render_env(settings: dict[str, Any], table: dict[str, Any] | None, out: Rendered) -> None:
     """SGLang's environment switches the settings turn on, where the release reads them."""
     known = (table or {}).get("environment")
-    version = (table or {}).get("sglang_version", "?")
+    version = out.table  # the release whose table checked the argv
     if as_bool(settings, "pcie_ipc_allreduce"):
         if known is None:
             out.warnings.append(

@@ -71,7 +71,7 @@ def is_empty(value: Any) -> bool:
 def _number(value: Any, kind: type = int) -> Any:
     """A number setting's value as ``kind`` (its type is the argument spec's rule: anything else is None here)."""
     try:
-        return None if is_empty(value) or isinstance(value, bool) else kind(str(value).strip())
+        return kind(str(value).strip())  # None, "", a bool's "True": not a number
     except ValueError:
         return None
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (argv and messages are asserted whole: long literals)
 """sglangargv, the sglang_server role's command line (through its filters): version-aware flags,
 the radix-cache rule from the patch record, and errors that name the inventory variable."""
 
@@ -393,3 +394,119 @@ def test_sglang_environment_names_are_checked_against_the_release() -> None:
         "sglang_server_env: SGLANG_ENABEL_PCIE_IPC_ALLREDUCE is not one of SGLang 0.5.23's declared switches "
         "(its environ.py): a typo, or another release's switch?"
     ]
+
+
+FULL = {
+    "model_path": "zai-org/GLM-5-NVFP4", "served_model_name": "glm-5", "tp_size": 8, "quantization": "modelopt_fp4",
+    "kv_cache_dtype": "fp8_e4m3", "attention_backend": "nsa", "dsa_prefill_backend": "flashmla_sparse",
+    "dsa_decode_backend": "trtllm", "moe_runner_backend": "flashinfer_cutlass", "max_running_requests": 64,
+    "mem_fraction_static": 0.85, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 32, "stream_interval": 2,
+    "speculative": {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4,
+                    "draft_model_path": "/models/draft"},
+    "enable_metrics": True, "trust_remote_code": "yes", "reasoning_parser": "glm45", "tool_call_parser": "glm47",
+    "disable_custom_all_reduce": "true", "disable_shared_experts_fusion": "1", "enable_flashinfer_allreduce_fusion": "on",
+    "radix_cache": "auto", "listen_host": "0.0.0.0", "port": 30000, "extra_args": ["--log-level", "info"], "env": {},
+}  # fmt: skip
+
+
+def test_every_setting_renders_its_own_flag_in_order_for_0_5_23_on_b200() -> None:
+    """Each setting set at once (bools as YAML and Jinja write them), the whole argv and result."""
+    assert render(FULL, "0.5.23", record("applied"), "100") == {
+        "argv": [
+            "--model-path", "zai-org/GLM-5-NVFP4", "--served-model-name", "glm-5", "--tp-size", "8",
+            "--quantization", "modelopt_fp4", "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "nsa",
+            "--dsa-prefill-backend", "flashmla_sparse", "--dsa-decode-backend", "trtllm",
+            "--moe-runner-backend", "flashinfer_cutlass", "--max-running-requests", "64", "--mem-fraction-static", "0.85",
+            "--chunked-prefill-size", "8192", "--cuda-graph-max-bs-decode", "32", "--stream-interval", "2",
+            "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", "/models/draft",
+            "--enable-metrics", "--trust-remote-code", "--reasoning-parser", "glm45", "--tool-call-parser", "glm47",
+            "--disable-custom-all-reduce", "--disable-shared-experts-fusion", "--flashinfer-allreduce-fusion-backend",
+            "auto", "--host", "0.0.0.0", "--port", "30000", "--log-level", "info",
+        ],
+        "errors": [], "warnings": [], "radix_cache_disabled": False,
+        "radix_cache_reason": "patch record: dsa-fp8-page-table-guard is applied; radix cache kept",
+        "flag_table": "0.5.23", "env": {}, "kv_cache_fp8": True,
+    }  # fmt: skip
+    off = render({**FULL, "cuda_graph_max_bs": None, "disable_cuda_graph": "True", "enable_metrics": False,
+                  "trust_remote_code": "no"}, "0.5.23", record("applied"), "100")["argv"]  # fmt: skip
+    assert off[off.index("8192") + 1 : off.index("--stream-interval")] == ["--disable-cuda-graph"]
+    assert "--enable-metrics" not in off and "--trust-remote-code" not in off
+
+
+def test_sm_120_as_written_anywhere_and_the_radix_reasons_read_whole() -> None:
+    for arch in ("120", "sm_120", "12.0"):
+        out = render({**FULL, "kv_cache_dtype": None}, "0.5.23", record("applied"), arch)
+        assert "--flashinfer-allreduce-fusion-backend" not in out["argv"] and out["kv_cache_fp8"] is True  # auto: FP8
+        assert out["warnings"] == [
+            "sglang_server_enable_flashinfer_allreduce_fusion is a no-op on sm_120 (RTX PRO 6000): not rendered"
+        ]
+    absent = render(FULL, "0.5.23", record("absent"), "100")
+    assert absent["warnings"] == [
+        "patch record: dsa-fp8-page-table-guard is absent: --disable-chunked-prefix-cache added so FP8 DSA prefill "
+        "never reads page_table_1_flattened (the radix cache stays on)"
+    ]
+    assert absent["radix_cache_reason"] == (
+        "patch record: dsa-fp8-page-table-guard is absent; radix cache kept, chunked prefix cache off"
+    )
+    bf16 = render({**FULL, "kv_cache_dtype": "bf16"}, "0.5.23", record("absent"), "100")
+    assert bf16["radix_cache_reason"] == "patch record: dsa-fp8-page-table-guard is absent; radix cache kept"
+    off = render({**FULL, "radix_cache": "disabled"}, "0.5.23", "not a record", "100")
+    assert off["radix_cache_reason"] == "sglang_server_radix_cache=disabled (guard status: missing)"
+    no_status = render(FULL, "0.5.23", {"fixes": {GUARD: {"files": []}}}, "100")
+    assert no_status["radix_cache_reason"].startswith("patch record: dsa-fp8-page-table-guard is missing; ")
+
+
+def test_without_a_known_version_nothing_is_checked_and_the_error_names_every_setting_that_needs_one() -> None:
+    plain = render(settings(), "", record("applied"), "120")
+    assert (plain["errors"], plain["warnings"], plain["flag_table"]) == ([], [], "")
+    both = render(settings(dsa_prefill_backend="flashmla_sparse", dsa_decode_backend="trtllm", cuda_graph_max_bs=8), None,
+                  record("applied"), "100")  # fmt: skip
+    assert both["errors"] == [
+        "the image has no io.sglang-deploy.sglang.version label (None) and sglang_server_dsa_prefill_backend, "
+        "sglang_server_dsa_decode_backend, sglang_server_cuda_graph_max_bs render differently per SGLang version: "
+        "set sglang_server_sglang_version"
+    ]
+    assert sglangargv.parse_version("v0.5.23.post1") == (0, 5, 23) and sglangargv.parse_version(" 0.5") == (0, 5, 0)
+    assert sglangargv.parse_version("latest") is None
+
+
+def test_pcie_ipc_allreduce_messages_read_whole() -> None:
+    unknown = render(settings(pcie_ipc_allreduce="true"), "", record("applied"), "120")
+    assert unknown["env"] == {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"} and unknown["warnings"] == [
+        "sglang_server_pcie_ipc_allreduce: the SGLang version is unknown; SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 set "
+        "(read from 0.5.21)"
+    ]
+    old = render(settings(pcie_ipc_allreduce=True), "0.5.20", record("applied"), "120")
+    assert old["env"] == {} and old["warnings"] == [
+        "sglang_server_pcie_ipc_allreduce: SGLang 0.5.20 has no SGLANG_ENABLE_PCIE_IPC_ALLREDUCE (0.5.21 and later): not "
+        "set, all-reduce stays on NCCL / custom all-reduce"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("over", "gpus", "errors"),
+    [
+        ({"tp_size": 1}, 1, []),
+        ({"port": 1}, 8, []),
+        ({"port": 65535}, 8, []),
+        ({"port": 65536}, 8, ["sglang_server_port must be in 1..65535, got 65536"]),
+        ({"chunked_prefill_size": 0}, 8, ["sglang_server_chunked_prefill_size must be in 1 or more, got 0"]),
+        ({"cuda_graph_max_bs": 0}, 8, ["sglang_server_cuda_graph_max_bs must be in 1 or more, got 0"]),
+        ({"stream_interval": "0"}, 8, ["sglang_server_stream_interval must be in 1 or more, got 0"]),
+        ({"mem_fraction_static": 1.0}, 8, ["sglang_server_mem_fraction_static must be a number in (0, 1), got 1.0"]),
+        ({"mem_fraction_static": 0}, 8, ["sglang_server_mem_fraction_static must be a number in (0, 1), got 0"]),
+        ({"mem_fraction_static": "0.9"}, 8, []),
+        ({"disable_cuda_graph": "yes", "cuda_graph_max_bs": 8}, 8, [
+            "sglang_server_cuda_graph_max_bs is set while sglang_server_disable_cuda_graph is true: contradictory, "
+            "unset one of them"]),
+        ({"extra_args": ["--port=31000"]}, 8, ["sglang_server_extra_args contains --port, which sglang_server_port already controls"]),
+        ({"extra_args": ["--disable-radix-cache"]}, 8, [
+            "sglang_server_extra_args contains --disable-radix-cache: use sglang_server_radix_cache (auto | enabled | "
+            "disabled) instead, so it cannot contradict the patch record"]),
+        ({"speculative": {"algorithm": "", "num_steps": 3, "eagle_topk": 2}}, 8, [
+            "sglang_server_speculative sets eagle_topk, num_steps without an algorithm"]),
+    ],
+)  # fmt: skip
+def test_each_rule_at_its_edge_reads_whole(over: dict, gpus: int, errors: list[str]) -> None:
+    assert sglangargv.check_settings(settings(**over), gpus) == errors
