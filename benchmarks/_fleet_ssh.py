@@ -39,6 +39,7 @@ SSH_PORT = 2222
 KEY = Path("/tmp/sglang-molecule-ssh/id_ed25519")
 HOST_IMAGE = "local/sglang-molecule-host:latest"
 RECORDED_SMI = ROOT / "tests/fixtures/nvidia-smi-h200-2026-12-02/nvidia-smi-q.txt"
+RECORDED_QUERY = ROOT / "tests/fixtures/nvidia-smi-h200-2026-12-03/nvidia-smi-query-health.csv"
 BASE_PORT = 32000  # the rollout stage's servers: BASE_PORT + host number
 
 
@@ -58,7 +59,11 @@ def start_sshd(workdir: Path) -> None:
     subprocess.run(["bash", str(ROOT / "molecule/resources/build-instance.sh")], check=True, capture_output=True)
     smi = workdir / "nvidia-smi"
     shutil.copy(RECORDED_SMI, workdir / "nvidia-smi-q.txt")
-    smi.write_text('#!/bin/sh\n[ "$1" = -q ] && exec cat /opt/bench/nvidia-smi-q.txt\nexit 9\n')
+    shutil.copy(RECORDED_QUERY, workdir / "nvidia-smi-query.csv")
+    # a kernel log file: the container may not read dmesg
+    (workdir / "kern.log").write_text("[    0.000000] Linux version 6.1.0 (Debian)\n")
+    smi.write_text('#!/bin/sh\n[ "$1" = -q ] && exec cat /opt/bench/nvidia-smi-q.txt\n'
+                   'case "$1" in --query-gpu=*) exec cat /opt/bench/nvidia-smi-query.csv ;; esac\nexit 9\n')
     smi.chmod(0o755)
     stop_sshd()
     sshd = f"ssh-keygen -A >/dev/null && exec /usr/sbin/sshd -D -e -p {SSH_PORT} -o MaxStartups=1000 -o MaxSessions=100"
@@ -114,6 +119,7 @@ def write_inventory(
         ansible_ssh_private_key_file=str(KEY), ansible_python_interpreter="/usr/bin/python3",
         ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
         sglang_gpu_host_prepare=gpu_checks, sglang_gpu_count=1, sglang_gpu_min_memory_gib=100, sglang_server_tp_size=1,
+        sglang_gpu_arch="90", gpu_host_kernel_log_command=["cat", "/opt/bench/kern.log"],
         sglang_reports_dir=str(directory / "reports"),
         sglang_gate_config=local_fleet.gate_config(baseline={"tolerance": 0.5}),
         sglang_gate_location="controller", sglang_gate_host="127.0.0.1", sglang_gate_baseline_group="sglang_servers",

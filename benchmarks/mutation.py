@@ -1,4 +1,4 @@
-"""Mutation testing with mutmut (validate/, preflight/, rolloutreport/): kill ratio per module, survivors.
+"""Mutation testing with mutmut (validate/, preflight/, sglangargv/, rolloutreport/): kill ratio per module, survivors.
 
 Why: a test suite that stays green when the code under it is broken protects nothing
 (30 of 54 planted bugs once left the suite green). mutmut changes one operator, constant
@@ -9,6 +9,7 @@ notices "survives". Not in CI (minutes of CPU); run it after changing one of tho
     .venv/bin/python benchmarks/mutation.py --no-run   # only reads the last run's results
     .venv/bin/python benchmarks/mutation.py --modules client,gate   # only those modules' mutants
     .venv/bin/python benchmarks/mutation.py --package preflight     # preflight/'s modules (default validate)
+    .venv/bin/python benchmarks/mutation.py --package sglangargv    # the SGLang command line's
 
 Configuration (which tests, which files): [tool.mutmut] in pyproject.toml. Results are
 written to benchmarks/results/mutation-<date>.json (per module: killed, survived, untested,
@@ -43,7 +44,7 @@ def results() -> dict[str, Counter[str]]:
     per: dict[str, Counter[str]] = defaultdict(Counter)
     survivors: dict[str, list[str]] = defaultdict(list)
     for line in out.stdout.splitlines():
-        m = re.match(r"\s*((?:validate|preflight|rolloutreport)\.\w+)\.\S+__mutmut_\d+: (.+)$", line)
+        m = re.match(r"\s*((?:validate|preflight|sglangargv|rolloutreport)\.\w+)\.\S+__mutmut_\d+: (.+)$", line)
         if not m:
             continue
         module, status = m.group(1), m.group(2).strip()
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-run", action="store_true", help="read the last run's results only")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--package", default="validate", choices=["validate", "preflight", "rolloutreport"])
+    ap.add_argument("--package", default="validate", choices=["validate", "preflight", "sglangargv", "rolloutreport"])
     ap.add_argument("--modules", default="", help="comma list of the package's modules to mutate (default: all)")
     args = ap.parse_args(argv)
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]

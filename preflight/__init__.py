@@ -8,10 +8,12 @@ SSH round trip, no Python on the host), and the ``rollout_preflight`` action plu
 rule reads alone, returns a refusal that names the variable and the fix, or nothing.
 """
 
-from . import rules, settings
-from .probe import SCRIPT, HostProbe, Section, Smi, parse_probe, parse_smi
+from . import gpu_facts, rules, settings, specs
+from .gpu_facts import SmiLog, parse_q, parse_query
+from .probe import SCRIPT, HostProbe, Section, parse_probe
 from .rules import RULES, Refusal, Settings, group_refusals, judge_host, unknown_variables
 from .settings import representatives, settings_key
+from .specs import Specs
 
 __all__ = [
     "RULES",
@@ -20,14 +22,18 @@ __all__ = [
     "Refusal",
     "Section",
     "Settings",
-    "Smi",
+    "SmiLog",
+    "Specs",
+    "gpu_facts",
     "group_refusals",
     "judge_host",
     "parse_probe",
-    "parse_smi",
+    "parse_q",
+    "parse_query",
     "representatives",
     "rules",
     "settings",
     "settings_key",
+    "specs",
     "unknown_variables",
 ]

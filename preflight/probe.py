@@ -5,9 +5,8 @@ one SSH round trip per host, no module upload and no Python started on the host.
 output is framed by a marker line carrying its exit status, so one failing command (nvidia-smi on a
 host whose driver fell over) is reported as such and the others are still read.
 
-The shape of ``nvidia-smi -q`` is the recorded H200's (tests/fixtures/nvidia-smi-h200-2026-12-02,
-docs/preflight.md): ``Driver Version : 580.159.04``, one ``GPU <bus id>`` line per GPU, ``MIG Mode`` /
-``Current``, ``FB Memory Usage`` / ``Total : N MiB`` and ``Fabric`` / ``State`` / ``Status`` blocks.
+nvidia-smi's answers are read by ``gpu_facts`` (the one parser, shared with the gpu_host role's
+gpu_health module), on the recorded H200's shapes (tests/fixtures/nvidia-smi-h200-*, docs/preflight.md).
 """
 
 from __future__ import annotations
@@ -16,17 +15,38 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .gpu_facts import QUERY_FIELDS
+
 MARK = "@@preflight"
 # $1: the disk path to measure; $2: the nvidia-smi command, or "-" on hosts without GPUs;
-# $3: "docker" to ask the docker engine (hosts gpu_host does not prepare), else "-".
+# $3: "version" to ask the docker engine whether it answers (hosts gpu_host does not prepare),
+#     "runtimes" to ask it for its runtimes and look for the NVIDIA toolkit (GPU hosts), else "-";
+# $4: the last good deploy's record ("-": none) and, after it, the command printing the kernel log
+#     (absent: Xid events are not asked for). Only the kernel log's Xid lines travel back (the last
+#     50), and the clock that places the record in seconds since boot, as dmesg stamps its lines.
 SCRIPT = r"""
 s() { n=$1; shift; o=$("$@" 2>&1); r=$?; printf '%s %s rc=%s\n%s\n' "@@preflight" "$n" "$r" "$o"; }
+x() { o=$("$@" 2>&1); r=$?; printf '%s xid rc=%s\n' "@@preflight" "$r"
+  if [ "$r" = 0 ]; then printf '%s\n' "$o" | grep -F 'NVRM: Xid' | tail -n 50
+  else printf '%s\n' "$o" | tail -n 3; fi; }
 s uid id -u
 s df df -P -B1 "$1"
-[ "$2" = - ] || s nvidia-smi "$2" -q
-[ "$3" = docker ] && s docker docker version --format '{{.Server.Version}}'
+if [ "$2" != - ]; then
+  s nvidia-smi "$2" -q
+  s gpus "$2" --query-gpu=QUERY_FIELDS --format=csv
+fi
+[ "$3" = version ] && s docker docker version --format '{{.Server.Version}}'
+if [ "$3" = runtimes ]; then
+  s runtimes docker info --format '{{json .Runtimes}}'
+  s toolkit sh -c 'command -v nvidia-container-runtime'
+fi
+if [ $# -gt 4 ]; then
+  f=$4; shift 4
+  s clock sh -c 'date +%s; cut -d" " -f1 /proc/uptime; stat -c %Y "$1" 2>/dev/null || echo none' clock "$f"
+  x "$@"
+fi
 exit 0
-"""
+""".replace("QUERY_FIELDS", QUERY_FIELDS)
 _HEADER = re.compile(rf"^{MARK} (\S+) rc=(-?\d+)$", re.MULTILINE)
 
 
@@ -36,22 +56,6 @@ class Section:
 
     rc: int
     out: str
-
-
-@dataclass(frozen=True)
-class Smi:
-    """What preflight reads from ``nvidia-smi -q``."""
-
-    driver_version: str  # "0" when the line is missing
-    gpus: int
-    memory_mib: list[int] = field(default_factory=list)  # each GPU's FB memory total
-    mig: list[str] = field(default_factory=list)  # each GPU's MIG mode (Current)
-    fabric: list[str] = field(default_factory=list)  # each GPU's "State / Status" of its NVSwitch fabric
-
-    @property
-    def driver_major(self) -> int:
-        head = self.driver_version.split(".", 1)[0]
-        return int(head) if head.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -92,19 +96,3 @@ def parse_probe(result: Any) -> HostProbe:
             message=f"the probe failed (rc {result.get('rc')}): {result.get('stderr') or result.get('msg', '')}"
         )
     return HostProbe(sections=sections)
-
-
-def parse_smi(text: str) -> Smi:
-    driver = re.search(r"Driver Version\s*:\s*([0-9.]+)", text)
-    return Smi(
-        driver_version=driver.group(1) if driver else "0",
-        gpus=len(re.findall(r"(?m)^GPU [0-9A-Fa-f]+:[0-9A-Fa-f:.]+$", text)),
-        memory_mib=[int(m) for m in re.findall(r"FB Memory Usage\s*\n\s*Total\s*:\s*([0-9]+) MiB", text)],
-        mig=re.findall(r"MIG Mode\s*\n\s*Current\s*:\s*(\S+)", text),
-        fabric=[
-            f"{state} / {status}"
-            for state, status in re.findall(
-                r"Fabric\s*\n\s*State\s*:\s*([^\n]*?)\s*\n\s*Status\s*:\s*([^\n]*?)\s*\n", text
-            )
-        ],
-    )

@@ -2,75 +2,108 @@
 the variable and the fix, or passes it. They run on the controller, all hosts at once
 (plugins/action/rollout_preflight.py), before any host changes; docs/preflight.md lists them.
 
-The defaults here are the documented ones (roles/README.md, "Preflight"): the variables are shared
-by the rollout's plays, not one role's, so no role's defaults/main.yml holds them.
+A host's settings are read with the types and defaults written once in the roles' argument specs
+and defaults and in preflight/variables.yml (preflight/specs.py): no default is restated here.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .probe import HostProbe, Smi, parse_smi
+from .gpu_facts import SmiLog, after_boot, arch, kernel_log_unreadable, parse_q, parse_query, parse_xid, xid_failures
+from .probe import HostProbe, Section
 from .settings import PREFIXES
+from .specs import Specs
 
-ENGINES = ("sglang", "test-engine")
-# Variables with the rollout's prefixes that no role's defaults define: the rollout's own, read by
-# playbooks/ (preflight, rollout, summary) and plugins/. A name missing here is called misspelt.
-SHARED = frozenset({
-    "sglang_engine", "sglang_image", "sglang_gpu_count", "sglang_gpu_arch", "sglang_gpu_host_prepare",
-    "sglang_test_engine_env", "sglang_reports_dir", "sglang_run_id", "sglang_rollout_serial",
-    "sglang_rollout_max_fail_percentage", "sglang_rollout_run_id", "sglang_rollout_pending",
-    "sglang_preflight_min_free_gb", "sglang_preflight_disk_path", "sglang_preflight_min_driver",
-    "sglang_rollout_host_lock_stale_s", "sglang_rollout_state_file", "sglang_rollout_left_drained",
-    "sglang_gpu_min_memory_gib", "sglang_rollout_keep_runs", "sglang_rollout_rollback",
-    "sglang_rollout_hosts", "sglang_rollout_canaries", "sglang_rollout_canary_done",
-    "sglang_rollout_image_in_flight",
-})  # fmt: skip
-# libyaml's loader where PyYAML has it
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _bool(v: Any) -> bool:
-    return v.strip().lower() in ("1", "true", "yes", "on") if isinstance(v, str) else bool(v)
+# Each setting preflight reads: the variable it comes from (a host's value, else the default its
+# role or preflight/variables.yml gives it).
+SETTING_VARIABLES = {
+    "gpu_host_prepare": "sglang_gpu_host_prepare",
+    "disk_path": "sglang_preflight_disk_path",
+    "min_free_gb": "sglang_preflight_min_free_gb",
+    "min_driver": "sglang_preflight_min_driver",
+    "gpu_count": "sglang_gpu_count",
+    "min_memory_gib": "sglang_gpu_min_memory_gib",
+    "gpu_arch": "sglang_gpu_arch",
+    "nvidia_smi": "gpu_host_nvidia_smi",
+    "check_health": "gpu_host_check_health",
+    "check_xid": "gpu_host_check_xid",
+    "xid_ignore": "gpu_host_xid_ignore",
+    "kernel_log": "gpu_host_kernel_log_command",
+    "check_gpus": "gpu_host_check_gpus",
+    "check_runtime": "gpu_host_check_runtime",
+    "manage_daemon_config": "gpu_host_manage_daemon_config",
+    "install_toolkit": "gpu_host_install_toolkit",
+    "offline": "gpu_host_offline",
+    "state_dir": "sglang_server_state_dir",
+    "container_name": "sglang_server_container_name",
+}
+_TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """A host's preflight settings (its inventory variables, with the documented defaults)."""
+    """A host's preflight settings: its variables, typed and defaulted by their specs."""
 
-    engine: str = "sglang"
-    become: bool = False
-    user: str = "the SSH user"
-    gpu_host_prepare: bool = True
-    disk_path: str = "/var/lib"
-    min_free_gb: float = 40.0
-    min_driver: int = 580
-    gpu_count: int = 1
-    min_memory_gib: float = 0.0
+    become: bool
+    user: str
+    gpu_host_prepare: bool
+    disk_path: str
+    min_free_gb: float
+    min_driver: int
+    gpu_count: int
+    min_memory_gib: float
+    gpu_arch: str
+    nvidia_smi: str
+    check_health: bool
+    check_xid: bool
+    xid_ignore: list[int]
+    kernel_log: list[str]
+    check_gpus: bool
+    check_runtime: bool
+    manage_daemon_config: bool
+    install_toolkit: bool
+    offline: bool
+    state_dir: str
+    container_name: str
 
     @classmethod
-    def from_vars(cls, hv: Mapping[str, Any]) -> Settings:
-        def get(name: str, default: Any) -> Any:
-            value = hv.get(name)
-            return default if value is None or value == "" else value
-
+    def from_vars(cls, hv: Mapping[str, Any], specs: Specs) -> tuple[Settings, list[str]]:
+        """The settings of a host (``hv``: its variables) and the errors of every setting preflight
+        validates: those it reads and the rollout's own (preflight/variables.yml). An invalid value
+        is named in the errors and read as its default."""
+        names = [*SETTING_VARIABLES.values(), *sorted(specs.ours - set(SETTING_VARIABLES.values()))]
+        values, errors = specs.typed(hv, names)
         return cls(
-            engine=str(get("sglang_engine", cls.engine)),
-            become=_bool(get("ansible_become", False)),
-            user=str(get("ansible_user", cls.user)),
-            gpu_host_prepare=_bool(get("sglang_gpu_host_prepare", True)),
-            disk_path=str(get("sglang_preflight_disk_path", cls.disk_path)),
-            min_free_gb=float(get("sglang_preflight_min_free_gb", cls.min_free_gb)),
-            min_driver=int(get("sglang_preflight_min_driver", cls.min_driver)),
-            gpu_count=int(get("sglang_gpu_count", cls.gpu_count)),
-            min_memory_gib=float(get("sglang_gpu_min_memory_gib", cls.min_memory_gib)),
-        )
+            become=str(hv.get("ansible_become")).strip().lower() in _TRUE,  # Ansible's truth words, or a bool
+            user=str(hv.get("ansible_user") or "the SSH user"),
+            **{f: values[v] for f, v in SETTING_VARIABLES.items()},
+        ), errors
+
+    @property
+    def last_good(self) -> str:
+        """The sglang_server role's record of the host's last good deploy (its modification time is
+        when the host last passed a gate): Xid events count from it, as the gpu_host role counts them."""
+        return f"{self.state_dir}/{self.container_name}.last-good.json"
+
+    @property
+    def xid_checked(self) -> bool:
+        return self.gpu_host_prepare and self.check_health and self.check_xid
+
+    @property
+    def runtime_checked(self) -> bool:
+        return self.gpu_host_prepare and self.check_gpus and self.check_runtime
+
+    def probe_args(self) -> list[str]:
+        """The probe script's arguments (preflight/probe.py, SCRIPT) for this host."""
+        docker = "runtimes" if self.runtime_checked else "-" if self.gpu_host_prepare else "version"
+        args = [self.disk_path, self.nvidia_smi if self.gpu_host_prepare else "-", docker]
+        return [*args, self.last_good, *self.kernel_log] if self.xid_checked and self.kernel_log else args
 
 
 @dataclass(frozen=True)
@@ -82,29 +115,37 @@ class Refusal:
 Rule = Callable[[Settings, HostProbe], "str | None"]
 
 
-def _smi(probe: HostProbe) -> Smi | None:
+def _smi(probe: HostProbe) -> SmiLog | None:
     """nvidia-smi's answer, when it gave one (rc 0)."""
     section = probe.get("nvidia-smi")
-    return parse_smi(section.out) if section is not None and section.rc == 0 else None
+    return _parse_q(section.out) if section is not None and section.rc == 0 else None
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_q(text: str) -> SmiLog:
+    """Read once per host, whichever rules read it (an 8-GPU answer is about 2,000 lines)."""
+    return parse_q(text)
+
+
+def _gpus(probe: HostProbe) -> list[dict[str, str | None]]:
+    """nvidia-smi's per-GPU query, when it answered (rc 0)."""
+    section = probe.get("gpus")
+    return parse_query(section.out) if section is not None and section.rc == 0 else []
 
 
 def probe_complete(s: Settings, probe: HostProbe) -> str | None:
     """Every answer the other rules read is there: a rule with nothing to read would pass silently."""
-    wanted = ["uid", "df", "nvidia-smi" if s.gpu_host_prepare else "docker"]
+    wanted = ["uid", "df", *(["nvidia-smi", "gpus"] if s.gpu_host_prepare else ["docker"])]
+    wanted += ["runtimes", "toolkit"] if s.runtime_checked else []
+    wanted += ["clock", "xid"] if s.xid_checked and s.kernel_log else []
     missing = [name for name in wanted if probe.get(name) is None]
     if not missing:
         return None
     got = ", ".join(probe.sections) or "nothing framed"
     return (
         f"the host's answer to the preflight probe has no {', '.join(missing)} section (got: {got}); "
-        "run the probe by hand to see why: ansible HOST -m rollout_probe -a 'docker=true'"
+        "run the probe by hand to see why: ansible HOST -m rollout_probe"
     )
-
-
-def engine_choice(s: Settings, probe: HostProbe) -> str | None:
-    if s.engine in ENGINES:
-        return None
-    return f"sglang_engine must be one of: {', '.join(ENGINES)}; got {s.engine!r}"
 
 
 def become_makes_root(s: Settings, probe: HostProbe) -> str | None:
@@ -156,7 +197,7 @@ def nvidia_driver(s: Settings, probe: HostProbe) -> str | None:
             f"nvidia-smi -q failed (rc {section.rc}): {section.out.strip()[:200]}. Install the NVIDIA driver, or set "
             "sglang_gpu_host_prepare: false for hosts without GPUs."
         )
-    smi = parse_smi(section.out)
+    smi = _parse_q(section.out)
     if smi.driver_major >= s.min_driver:
         return None
     return (
@@ -178,11 +219,12 @@ def mig_off(s: Settings, probe: HostProbe) -> str | None:
 
 def gpu_count(s: Settings, probe: HostProbe) -> str | None:
     smi = _smi(probe)
-    if smi is None or smi.gpus >= s.gpu_count:
+    if smi is None or len(smi.gpus) >= s.gpu_count:
         return None
     return (
-        f"nvidia-smi sees {smi.gpus} GPU(s), the profile needs {s.gpu_count} (sglang_gpu_count, the tensor-parallel "
-        "size): a GPU is missing or fell off the bus (nvidia-smi -q, dmesg Xid 79), or the host is in the wrong group."
+        f"nvidia-smi sees {len(smi.gpus)} GPU(s), the profile needs {s.gpu_count} (sglang_gpu_count, the "
+        "tensor-parallel size): a GPU is missing or fell off the bus (nvidia-smi -q, dmesg Xid 79), or the host is "
+        "in the wrong group."
     )
 
 
@@ -217,9 +259,85 @@ def fabric_up(s: Settings, probe: HostProbe) -> str | None:
     )
 
 
+def gpu_arch(s: Settings, probe: HostProbe) -> str | None:
+    """Every GPU of the host is of the compute capability its profile expects (``sglang_gpu_arch``:
+    sm_120 for RTX PRO 6000, sm_100 for B200): the image's kernels, the cache key and the rendered
+    flags are per arch, so a host in the wrong profile group fails at its turn, or serves wrongly."""
+    section = probe.get("gpus")
+    if section is None or not s.gpu_host_prepare:
+        return None
+    if section.rc != 0:
+        return f"nvidia-smi --query-gpu failed (rc {section.rc}): {section.out.strip()[:200]}."
+    found = {arch(g.get("compute_cap")): g.get("name") or "?" for g in parse_query(section.out)}
+    shown = ", ".join(f"sm_{a} ({name})" for a, name in sorted(found.items()))
+    if len(found) > 1:
+        return f"its GPUs are of {len(found)} compute capabilities ({shown}): one host serves one GPU profile."
+    want = arch(s.gpu_arch)
+    if not want or set(found) <= {want}:
+        return None
+    return (
+        f"its GPUs are {shown}, the profile expects sm_{want} (sglang_gpu_arch): put the host in its GPU "
+        "profile's group, or correct sglang_gpu_arch."
+    )
+
+
+def xid_since_last_good(s: Settings, probe: HostProbe) -> str | None:
+    """Xid events since the host's last good deploy (its last-good record; since boot without one),
+    counted as the gpu_host role counts them at the host's turn (gpu_facts.xid_failures), seen here
+    before any host of the fleet is drained."""
+    section = probe.get("xid")
+    if not s.xid_checked or section is None:
+        return None
+    if section.rc != 0:
+        return kernel_log_unreadable(s.kernel_log, section.rc, section.out) + "."
+    clock = (probe.get("clock") or Section(0, "")).out.split()
+    try:
+        after = after_boot(float(clock[2]) if len(clock) > 2 and clock[2] != "none" else None,
+                           float(clock[0]), float(clock[1]))  # fmt: skip
+    except (IndexError, ValueError):
+        return f"the host's clock could not be read (date +%s, /proc/uptime): {' '.join(clock)[:200]!r}."
+    failures = xid_failures(parse_xid(section.out), _gpus(probe), after, s.xid_ignore)
+    if not failures:
+        return None
+    more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+    return (
+        f"{len(failures)} Xid event(s): {'; '.join(failures[:3])}{more}. Have the GPU checked (nvidia-smi -q, the "
+        "kernel log); once it is sound, reboot the host (its kernel log starts empty) or list the code in "
+        "gpu_host_xid_ignore."
+    )
+
+
+def nvidia_runtime(s: Settings, probe: HostProbe) -> str | None:
+    """Docker can hand GPUs to containers: its runtimes include ``nvidia`` and the toolkit's
+    ``nvidia-container-runtime`` is installed, or the gpu_host role will make it so (it installs the
+    toolkit unless ``gpu_host_offline``, and registers the runtime in daemon.json). What the role can
+    neither find nor make fails at the host's turn; here it stops the run before any host changes."""
+    runtimes, toolkit = probe.get("runtimes"), probe.get("toolkit")
+    if not s.runtime_checked or runtimes is None or toolkit is None:
+        return None
+    try:
+        names = sorted(json.loads(runtimes.out)) if runtimes.rc == 0 else None
+    except (ValueError, TypeError):
+        names = None
+    said = f"runtimes: {', '.join(names)}" if names is not None else f"docker info: {runtimes.out.strip()[:200]}"
+    problems = []
+    if toolkit.rc != 0 and not (s.install_toolkit and not s.offline):
+        why = "gpu_host_offline is true" if s.install_toolkit else "gpu_host_install_toolkit is false"
+        problems.append(
+            f"nvidia-container-runtime is not installed and the rollout will not install it ({why}): install "
+            "nvidia-container-toolkit on the host (from your mirror or OS image)"
+        )
+    if "nvidia" not in (names or []) and not s.manage_daemon_config:
+        problems.append(
+            f"docker has no nvidia runtime ({said}) and gpu_host_manage_daemon_config is false: run "
+            "'nvidia-ctk runtime configure --runtime=docker' on the host and reload docker, or set "
+            "gpu_host_manage_daemon_config: true"
+        )
+    return "; ".join(problems) + "." if problems else None
+
+
 RULES: dict[str, Rule] = {
     "probe_complete": probe_complete,
-    "engine_choice": engine_choice,
     "become_makes_root": become_makes_root,
     "docker_answers": docker_answers,
     "free_disk": free_disk,
@@ -228,18 +346,13 @@ RULES: dict[str, Rule] = {
     "gpu_count": gpu_count,
     "gpu_memory": gpu_memory,
     "fabric_up": fabric_up,
+    "gpu_arch": gpu_arch,
+    "xid_since_last_good": xid_since_last_good,
+    "nvidia_runtime": nvidia_runtime,
 }
 
 
-def role_default_names(roles_dir: Path) -> set[str]:
-    """Every variable defined in ``roles_dir/*/defaults/main.yml``."""
-    names: set[str] = set()
-    for path in sorted(roles_dir.glob("*/defaults/main.yml")):
-        names.update(yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER) or {})
-    return names
-
-
-def unknown_variables(names: Iterable[Any], known: set[str]) -> list[str]:
+def unknown_variables(names: Iterable[Any], known: Iterable[str]) -> list[str]:
     """Each name with the rollout's prefixes that nothing defines, with the closest known name:
     Ansible silently ignores a variable no role reads (``sglang_server_kv_cahce_dtype``)."""
     known_sorted = sorted(known)
@@ -252,17 +365,21 @@ def unknown_variables(names: Iterable[Any], known: set[str]) -> list[str]:
     return out
 
 
-def judge_host(settings: Settings, probe: HostProbe, unknown: list[str] | None = None) -> list[Refusal]:
-    """Every refusal of one host: unreachable (nothing else can be judged), misspelt variables, then
-    each rule in RULES' order."""
+def judge_host(
+    settings: Settings, probe: HostProbe, unknown: list[str] | None = None, invalid: list[str] | None = None
+) -> list[Refusal]:
+    """Every refusal of one host: unreachable (nothing else can be judged), misspelt variables,
+    invalid settings (``invalid``: Settings.from_vars' errors), then each rule in RULES' order."""
     if probe.unreachable:
         return [Refusal("reachable", f"could not be reached (SSH, or the connection failed): {probe.message}".strip())]
     out = []
     if unknown:
         out.append(Refusal("known_variables", (
             f"unknown variable(s): {', '.join(unknown)}. No role reads them, so they would be silently ignored. "
-            "The supported names are in roles/*/defaults/main.yml and roles/README.md."
+            "The supported names are in roles/*/defaults/main.yml and preflight/variables.yml."
         )))  # fmt: skip
+    if invalid:
+        out.append(Refusal("settings", f"invalid setting(s): {'; '.join(invalid)}."))
     if probe.message:  # the probe itself failed (sudo refused...): nothing to judge the rules on
         return [*out, Refusal("probe", probe.message)]
     for name, rule in RULES.items():

@@ -18,12 +18,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .specs import RUN_STATE
+
 PREFIXES = ("sglang_", "flashinfer_cache_", "gpu_host_")
-# set by the rollout's own plays while they run, not settings: never part of a host's key
-RUN_STATE = frozenset({
-    "sglang_rollout_run_id", "sglang_rollout_pending", "sglang_rollout_left_drained", "sglang_rollout_hosts",
-    "sglang_rollout_canaries", "sglang_rollout_canary_done", "sglang_rollout_image_in_flight",
-})  # fmt: skip
 
 
 def settings_key(hv: Mapping[str, Any]) -> str:

@@ -22,7 +22,7 @@ short_description: judge every host's probe and settings before any host changes
 options:
   hosts: {description: the hosts to judge (the play's), required: true, type: list, elements: str}
   probe: {description: the name every host registered its rollout_probe result under, required: true, type: str}
-  roles_dir: {description: the roles whose defaults name the known variables, required: true, type: path}
+  roles_dir: {description: the roles whose specs and defaults name and type the variables, required: true, type: path}
 """
 
 ARGUMENT_SPEC = {
@@ -40,15 +40,15 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
-        known = preflight.rules.role_default_names(Path(args["roles_dir"])) | preflight.rules.SHARED
+        specs = preflight.specs.load(Path(args["roles_dir"]))
         hostvars = task_vars["hostvars"]
         refusals: dict[str, list[preflight.Refusal]] = {}
         for host in args["hosts"]:
             hv = hostvars[host]
             probe = preflight.parse_probe(hv.get(args["probe"]))
-            settings = preflight.Settings.from_vars({k: hv.get(k) for k in SETTING_NAMES})
-            unknown = preflight.unknown_variables(hv.keys(), known)
-            found = preflight.judge_host(settings, probe, unknown)
+            settings, invalid = preflight.Settings.from_vars(hv, specs)
+            unknown = preflight.unknown_variables(hv.keys(), specs.known)
+            found = preflight.judge_host(settings, probe, unknown, invalid)
             if found:
                 refusals[host] = found
         result.update(changed=False, refused={h: [r.message for r in rs] for h, rs in refusals.items()})
@@ -63,12 +63,6 @@ class ActionModule(ActionBase):
                 "settings, each checked on its first host."
             )
         return result
-
-
-SETTING_NAMES = (
-    "sglang_engine", "ansible_become", "ansible_user", "sglang_gpu_host_prepare", "sglang_preflight_disk_path",
-    "sglang_preflight_min_free_gb", "sglang_preflight_min_driver", "sglang_gpu_count", "sglang_gpu_min_memory_gib",
-)  # fmt: skip
 
 
 def message(refusals: dict[str, list[preflight.Refusal]], total: int) -> str:

@@ -3,12 +3,15 @@
 Why an action plugin and not a module: the probe is a shell script sent over the connection as
 ``ansible.builtin.raw`` sends its command (become applied the same way): one SSH round trip, no
 module uploaded and no Python started on the host, which at 200 hosts is most of what preflight
-costs the hosts. It reads only (id, df, nvidia-smi -q, docker version), in check mode too.
+costs the hosts. It reads only (id, df, nvidia-smi, docker, the kernel log's Xid lines), in check
+mode too. What it asks follows the host's settings (preflight.Settings: GPU host or not, which
+gpu_host checks are on, the kernel log command), read as the judge reads them.
 """
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -19,19 +22,10 @@ DOCUMENTATION = """
 module: rollout_probe
 short_description: ask a host, in one shell round trip, what preflight judges
 options:
-  disk_path: {description: the path whose free space is measured (df), type: str, default: /var/lib}
-  nvidia_smi:
-    description: the nvidia-smi command; empty on hosts without GPUs (not asked)
-    type: str
-    default: nvidia-smi
-  docker: {description: ask the docker engine for its version, type: bool, default: false}
+  roles_dir: {description: the roles whose specs and defaults type the host's settings, type: path}
 """
 
-ARGUMENT_SPEC = {
-    "disk_path": {"type": "str", "default": "/var/lib"},
-    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-    "docker": {"type": "bool", "default": False},
-}
+ARGUMENT_SPEC = {"roles_dir": {"type": "path", "default": str(Path(__file__).resolve().parents[2] / "roles")}}
 
 
 class ActionModule(ActionBase):
@@ -39,10 +33,12 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars or {})
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
-        argv = ["sh", "-c", preflight.SCRIPT, "preflight", args["disk_path"] or "/var/lib",
-                args["nvidia_smi"] or "-", "docker" if args["docker"] else "-"]  # fmt: skip
+        hv = task_vars["hostvars"][task_vars["inventory_hostname"]]  # templates on access
+        settings, _ = preflight.Settings.from_vars(hv, preflight.specs.load(Path(args["roles_dir"])))
+        argv = ["sh", "-c", preflight.SCRIPT, "preflight", *settings.probe_args()]
         answer = self._low_level_execute_command(shlex.join(argv))
         result.update(
             changed=False, rc=answer.get("rc"), stdout=answer.get("stdout", ""), stderr=answer.get("stderr", "")

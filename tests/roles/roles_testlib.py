@@ -121,25 +121,64 @@ def run_role_tasks(tmp_path: Path, role: str, tasks_from: str, extra_vars: dict[
 
 
 RECORDED_SMI_Q = REPO / "tests/fixtures/nvidia-smi-h200-2026-12-02/nvidia-smi-q.txt"
+RECORDED_SMI_QUERY = REPO / "tests/fixtures/nvidia-smi-h200-2026-12-03/nvidia-smi-query-health.csv"
 
 
-def recorded_nvidia_smi(tmp_path: Path, q_text: str | None = None, gpus: int = 1, total_mib: int | None = None) -> Path:
+def recorded_nvidia_smi(
+    tmp_path: Path, q_text: str | None = None, gpus: int = 1, total_mib: int | None = None,
+    compute_cap: str | None = None, name: str | None = None,
+) -> Path:  # fmt: skip
     """An nvidia-smi that answers `-q` with the recorded H200's output (or ``q_text``, an edit of it)
+    and `--query-gpu=...` with the recorded H200's query (the fields preflight and gpu_health ask),
     and fails on anything else: what preflight asks every GPU host, on a machine without GPUs.
 
-    ``gpus`` > 1 repeats the recorded GPU's section with other bus IDs, and ``total_mib`` edits each
-    GPU's memory: the shape of an 8-GPU host of a profile's size (inventory/example's profiles need
-    8 GPUs of at least 90 / 170 GiB; the recording is one 140 GiB H200)."""
+    ``gpus`` > 1 repeats the recorded GPU's section and row with other bus IDs, ``total_mib`` edits
+    each GPU's memory, ``compute_cap`` and ``name`` each row's: the shape of an 8-GPU host of a
+    profile's size and arch (inventory/example's profiles need 8 GPUs of at least 90 / 170 GiB, sm_120
+    / sm_100; the recording is one 140 GiB sm_90 H200). Written in a folder of its own per arch."""
     text = RECORDED_SMI_Q.read_text() if q_text is None else q_text
+    header, row = RECORDED_SMI_QUERY.read_text().strip().splitlines()
+    if compute_cap is not None:
+        row = row.replace(", 9.0, ", f", {compute_cap}, ")
+    if name is not None:
+        row = row.replace("NVIDIA H200", name)
+        text = text.replace("NVIDIA H200", name)
+    rows = [row.replace("0, ", f"{i}, ", 1).replace("00:06.0", f"00:{6 + i:02X}.0") for i in range(gpus)]
     if gpus > 1:
         head, _, gpu = text.partition("GPU 00000000:00:06.0\n")
         head = re.sub(r"(Attached GPUs\s*:\s*)1", rf"\g<1>{gpus}", head)
         text = head + "".join(f"GPU 00000000:00:{6 + i:02X}.0\n" + gpu for i in range(gpus))
     if total_mib is not None:
         text = re.sub(r"(FB Memory Usage\s*\n\s*Total\s*:\s*)\d+ MiB", rf"\g<1>{total_mib} MiB", text)
-    answer = tmp_path / "nvidia-smi-q.txt"
-    answer.write_text(text)
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\n[ "$1" = -q ] && exec cat {answer}\necho "no recording for: $*" >&2\nexit 9\n')
+    folder = tmp_path / f"nvidia-smi-sm{(compute_cap or '9.0').replace('.', '')}"
+    folder.mkdir(exist_ok=True)
+    (folder / "nvidia-smi-q.txt").write_text(text)
+    (folder / "nvidia-smi-query.csv").write_text("\n".join([header, *rows]) + "\n")
+    smi = folder / "nvidia-smi"
+    smi.write_text(
+        f'#!/bin/sh\ncase "$1" in\n  -q) exec cat {folder}/nvidia-smi-q.txt ;;\n'
+        f"  --query-gpu=*) exec cat {folder}/nvidia-smi-query.csv ;;\nesac\n"
+        'echo "no recording for: $*" >&2\nexit 9\n'
+    )
     smi.chmod(0o755)
     return smi
+
+
+def clean_kernel_log(tmp_path: Path, lines: str = "[    0.000000] Linux version 6.1.0 (Debian)\n") -> list[str]:
+    """``gpu_host_kernel_log_command`` printing ``lines`` (no Xid unless given): the machine's own
+    dmesg may be unreadable (kernel.dmesg_restrict) or say anything."""
+    log = tmp_path / "kern.log"
+    log.write_text(lines)
+    return ["cat", str(log)]
+
+
+def example_gpu_hosts(tmp_path: Path) -> list[str]:
+    """``-e`` arguments that make this machine answer preflight as inventory/example's GPU hosts:
+    each profile's nvidia-smi (8 GPUs of its arch and size: rtx_pro_6000 sm_120, b200 sm_100; the
+    recorded H200's output otherwise), chosen per host by its sglang_gpu_arch, and a kernel log
+    without Xid events."""
+    folder = None
+    for cap, name in (("12.0", "NVIDIA RTX PRO 6000 Blackwell Server Edition"), ("10.0", "NVIDIA B200")):
+        folder = recorded_nvidia_smi(tmp_path, gpus=8, total_mib=184320, compute_cap=cap, name=name).parent.parent
+    return ["-e", f"gpu_host_nvidia_smi={folder}/nvidia-smi-sm{{{{ sglang_gpu_arch }}}}/nvidia-smi",
+            "-e", json.dumps({"gpu_host_kernel_log_command": clean_kernel_log(tmp_path)})]  # fmt: skip

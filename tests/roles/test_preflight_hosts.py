@@ -1,31 +1,38 @@
 """Preflight reaches each host and checks what would make the rollout fail there later: the NVIDIA
-driver against the image's CUDA (13: driver 580 or newer), MIG, and free disk. Real
+driver against the image's CUDA (13: driver 580 or newer), MIG, free disk, the GPUs' arch against
+the profile, Xid events since the host's last good deploy, and the NVIDIA container runtime. Real
 `ansible-playbook playbooks/preflight.yml` on a copy of the local inventory (its own lock), with a
-fake nvidia-smi whose output has the shape of the recorded H200's `nvidia-smi -q`
-(tests/fixtures/nvidia-smi-h200-2026-12-02/nvidia-smi-q.txt)."""
+fake nvidia-smi that replays the recorded H200 (tests/fixtures/nvidia-smi-h200-*), this machine's
+docker, and a kernel log file."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
-from roles_testlib import RECORDED_SMI_Q, REPO, ansible_playbook, recorded_nvidia_smi
+from roles_testlib import RECORDED_SMI_Q, REPO, ansible_playbook, clean_kernel_log, recorded_nvidia_smi
 
 MIG_OFF = "MIG Mode\n        Current                                        : Disabled"
 RECORDED = RECORDED_SMI_Q.read_text()
 JUDGE = "Judge every host before any host changes"
 
 
-def _preflight(tmp_path: Path, smi_text: str, *extra: str):
+def _preflight(tmp_path: Path, smi_text: str, *extra: str, kernel_log: str | None = None):
     # the local inventory reads ../../validate/configs: a copy at the same depth, next to a link to it
     inv = tmp_path / "repo" / "inventory" / "local"
     shutil.copytree(REPO / "inventory" / "local", inv)
     (tmp_path / "repo" / "validate").symlink_to(REPO / "validate")
     smi = recorded_nvidia_smi(tmp_path, smi_text)
+    klog = clean_kernel_log(tmp_path, *([kernel_log] if kernel_log is not None else []))
     return ansible_playbook(
         "-i", str(inv), "playbooks/preflight.yml", "-e", "sglang_gpu_host_prepare=true",
         "-e", "sglang_gpu_count=1", "-e", "sglang_server_tp_size=1",  # the recorded H200 has one GPU
+        "-e", "sglang_gpu_arch=90",  # of compute capability 9.0 (the inventory's profile is sm_120)
+        "-e", f"sglang_server_state_dir={tmp_path / 'state'}", "-e", json.dumps({"gpu_host_kernel_log_command": klog}),
         "-e", f"gpu_host_nvidia_smi={smi}", "-e", f"sglang_reports_dir={tmp_path / 'reports'}", *extra,
     )  # fmt: skip
 
@@ -98,3 +105,57 @@ def test_an_nvswitch_fabric_that_is_not_up_stops_preflight(tmp_path: Path, state
 def test_fewer_or_smaller_gpus_than_the_profile_stop_preflight(tmp_path: Path, extra: tuple[str, ...], needle) -> None:
     run = _preflight(tmp_path, RECORDED, *extra)
     _judged(run, JUDGE, needle)
+
+
+def test_gpus_of_another_arch_than_the_profile_stop_preflight(tmp_path: Path) -> None:
+    """inventory/local's profile is sm_120 (RTX PRO 6000); the recorded GPU is an sm_90 H200."""
+    run = _preflight(tmp_path, RECORDED, "-e", "sglang_gpu_arch=120")
+    _judged(run, JUDGE, "localhost: its GPUs are sm_90 (NVIDIA H200), the profile expects sm_120 (sglang_gpu_arch): "
+                        "put the host in its GPU profile's group, or correct sglang_gpu_arch.")  # fmt: skip
+
+
+XID = "NVRM: Xid (PCI:0000:00:06): 79, pid=2394, name=python3, GPU has fallen off the bus."
+
+
+def test_xid_events_since_the_last_good_deploy_stop_preflight_and_older_ones_do_not(tmp_path: Path) -> None:
+    """The kernel stamps lines in seconds since boot; the host's last good deploy is its last-good
+    record's modification time. An Xid stamped after it stops the run, naming the GPU; the same
+    event before it (the host passed a gate since) does not."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    log = f"[    1.000000] Linux version 6.1.0\n[{uptime - 100:12.6f}] {XID}\n"
+    state = tmp_path / "state"
+    state.mkdir()
+    record = state / "sglang-test-engine.last-good.json"  # inventory/local's sglang_server_container_name
+    record.write_text("{}")
+    os.utime(record, (time.time() - 200, time.time() - 200))  # 100 s before the Xid
+    run = _preflight(tmp_path, RECORDED, kernel_log=log)
+    _judged(run, JUDGE, "localhost: 1 Xid event(s): GPU0: Xid 79 (GPU has fallen off the bus) in the kernel log since "
+                        f"the last good deploy: [{uptime - 100:12.6f}] {XID}. Have the GPU checked")  # fmt: skip
+    os.utime(record, None)  # the host passed a gate after the Xid
+    shutil.rmtree(tmp_path / "repo")
+    _judged(_preflight(tmp_path, RECORDED, kernel_log=log), JUDGE, None)
+
+
+def test_a_docker_without_the_nvidia_runtime_that_the_role_will_not_add_stops_preflight(tmp_path: Path) -> None:
+    """This machine's docker has no nvidia runtime; the gpu_host role would register it (daemon.json),
+    unless told not to manage the daemon's config: then preflight stops the run, naming the fix."""
+    run = _preflight(tmp_path, RECORDED, "-e", "gpu_host_manage_daemon_config=false")
+    _judged(run, JUDGE, "localhost: docker has no nvidia runtime (")
+    assert ("gpu_host_manage_daemon_config is false: run 'nvidia-ctk runtime configure --runtime=docker' on the host "
+            "and reload docker, or set gpu_host_manage_daemon_config: true.") in " ".join(run.out.split())
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("sglang_gate_port=70000",
+         "Invalid sglang_gate settings for localhost: sglang_gate_port must be in 1..65535 (got 70000)"),
+        ("sglang_gate_port=seventy", "argument 'sglang_gate_port' is of type str and we were unable to convert to int"),
+    ],
+)  # fmt: skip
+def test_a_roles_bad_setting_stops_preflight_naming_it(tmp_path: Path, extra: str, needle: str) -> None:
+    """The roles' settings checks (their argument specs, then preflight/role_rules.py through the
+    settings_check action) run in preflight, before any host changes."""
+    run = _preflight(tmp_path, RECORDED, "-e", extra)
+    _judged(run, "Check the gate settings", needle)
+    assert "PLAY [Roll out" not in run.out and all(c["changed"] == 0 for c in run.recap.values())

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from roles_testlib import BIN, REPO, ROLES, run_role_tasks
 
+from preflight import gpu_facts
+
 FIX = REPO / "tests" / "fixtures" / "nvidia-smi-h200-2026-12-02"
 FIX3 = REPO / "tests" / "fixtures" / "nvidia-smi-h200-2026-12-03"  # the module's own query, with pci.bus_id
 
@@ -25,6 +27,8 @@ def _load(name: str, path: Path):
     return mod
 
 
+# the module imports the parser as Ansible ships it (ansible.module_utils.gpu_facts); here, the same file
+sys.modules["ansible.module_utils.gpu_facts"] = gpu_facts
 health = _load("gpu_health", ROLES / "gpu_host" / "library" / "gpu_health.py")
 bench = _load("allreduce_bench", REPO / "images" / "sglang" / "allreduce_bench.py")
 
@@ -54,10 +58,18 @@ TOPO_8 = (
 
 
 def _h200():
-    gpus = health.parse_query((FIX / "nvidia-smi-query.csv").read_text())
-    q = health.parse_q((FIX / "nvidia-smi-q.txt").read_text())
+    gpus = gpu_facts.parse_query((FIX / "nvidia-smi-query.csv").read_text())
+    q = gpu_facts.parse_q((FIX / "nvidia-smi-q.txt").read_text())
     topo = health.parse_topo((FIX / "nvidia-smi-topo.txt").read_text())
     return gpus, q, topo
+
+
+def test_the_role_ships_preflights_parser_itself():
+    """One reader of nvidia-smi: the module's module_utils is a link to preflight/gpu_facts.py, and
+    the role runs below (test_role_...) prove Ansible ships it in the module's payload."""
+    link = ROLES / "gpu_host/module_utils/gpu_facts.py"
+    assert link.is_symlink() and link.resolve() == (REPO / "preflight/gpu_facts.py").resolve()
+    assert health.facts is gpu_facts
 
 
 def test_recorded_h200_parses_to_its_real_values_and_is_healthy():
@@ -70,7 +82,7 @@ def test_recorded_h200_parses_to_its_real_values_and_is_healthy():
         "0",
         None,  # [N/A] on Hopper: row remapping replaced page retirement
     )
-    [(_bus, rows)] = q.items()
+    [(_bus, rows)] = q.gpus.items()
     assert rows["Remapped Rows/Pending"] == "No" and rows["Remapped Rows/Remapping Failure Occurred"] == "No"
     assert topo == (["GPU0"], {})
     assert health.judge(gpus, q, topo, [], None, {**PARAMS, "allowed_links": ["NV*"]}) == []
@@ -105,9 +117,9 @@ def test_each_rule_names_the_gpu_and_the_value(change, params, needle):
 
 
 def test_module_query_recorded_with_bus_id_maps_onto_nvidia_smi_q():
-    gpus = health.parse_query((FIX3 / "nvidia-smi-query-health.csv").read_text())
-    q = health.parse_q((FIX / "nvidia-smi-q.txt").read_text())
-    assert gpus[0]["pci.bus_id"] == "00000000:00:06.0" and list(q) == ["00000000:00:06.0"]
+    gpus = gpu_facts.parse_query((FIX3 / "nvidia-smi-query-health.csv").read_text())
+    q = gpu_facts.parse_q((FIX / "nvidia-smi-q.txt").read_text())
+    assert gpus[0]["pci.bus_id"] == "00000000:00:06.0" and list(q.gpus) == ["00000000:00:06.0"]
     text = (
         (FIX / "nvidia-smi-q.txt")
         .read_text()
@@ -116,7 +128,7 @@ def test_module_query_recorded_with_bus_id_maps_onto_nvidia_smi_q():
             "        Remapping Failure Occurred                     : Yes",
         )
     )
-    fails = health.judge(gpus, health.parse_q(text), (["GPU0"], {}), [], None, PARAMS)
+    fails = health.judge(gpus, gpu_facts.parse_q(text), (["GPU0"], {}), [], None, PARAMS)
     assert fails == ["GPU0 (NVIDIA H200, 00000000:00:06.0): row remapping failed: the GPU needs service"]
 
 
@@ -141,8 +153,8 @@ def test_row_remapping_pending_is_found_in_nvidia_smi_q():
             1,
         )
     )
-    q = health.parse_q(text)
-    gpus[0]["pci.bus_id"] = next(iter(q))  # the query's bus id names the same GPU as -q's section
+    q = gpu_facts.parse_q(text)
+    gpus[0]["pci.bus_id"] = next(iter(q.gpus))  # the query's bus id names the same GPU as -q's section
     fails = health.judge(gpus, q, topo, [], None, PARAMS)
     assert fails == [
         f"GPU0 (NVIDIA H200, {gpus[0]['pci.bus_id']}): row remapping pending: reset the GPU (or reboot) before use"
@@ -157,7 +169,7 @@ def test_xid_events_are_mapped_to_the_gpu_and_explained():
         "[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=2394, name=python3, GPU has fallen off the bus.\n"
         "[ 8124.000000] NVRM: Xid (PCI:0000:5e:00): 13, pid=1, Graphics Exception\n"
     )
-    xid = health.parse_xid(log)
+    xid = gpu_facts.parse_xid(log)
     assert [(e["pci"], e["code"]) for e in xid] == [("0000:3b:00", 79), ("0000:5e:00", 13)]
     fails = health.judge(gpus, q, topo, xid, None, PARAMS)
     assert fails[0].startswith("GPU0: Xid 79 (GPU has fallen off the bus) in the kernel log since boot")
@@ -175,14 +187,14 @@ def test_topology_against_the_links_the_profile_allows():
         for i in range(8)
     ]
     p = {**PARAMS, "expected_count": 8, "expected_arch": "120"}
-    fails = health.judge(gpus, {}, (names, links), [], None, {**p, "allowed_links": ["PIX", "PXB"]})
+    fails = health.judge(gpus, gpu_facts.SmiLog(), (names, links), [], None, {**p, "allowed_links": ["PIX", "PXB"]})
     assert fails == ["GPU3-GPU4: link SYS, expected one of PIX, PXB (gpu_host_allowed_links)"]
-    assert health.judge(gpus, {}, (names, links), [], None, {**p, "allowed_links": ["PIX", "PXB", "SYS"]}) == []
+    assert health.judge(gpus, gpu_facts.SmiLog(), (names, links), [], None, {**p, "allowed_links": ["PIX", "PXB", "SYS"]}) == []
     nv = health.parse_topo(TOPO_8.replace("PXB", "NV18").replace("PIX", "NV18").replace("SYS", "NV18"))
-    assert health.judge(gpus, {}, nv, [], None, {**p, "allowed_links": ["NV*"]}) == []
+    assert health.judge(gpus, gpu_facts.SmiLog(), nv, [], None, {**p, "allowed_links": ["NV*"]}) == []
     seven = (names[:7], {k: v for k, v in links.items() if "GPU7" not in k})
     assert "nvidia-smi topo -m lists 7 GPU(s), nvidia-smi lists 8" in health.judge(
-        gpus, {}, seven, [], None, {**p, "allowed_links": ["*"]}
+        gpus, gpu_facts.SmiLog(), seven, [], None, {**p, "allowed_links": ["*"]}
     )
 
 
@@ -247,10 +259,10 @@ def test_xid_events_before_the_last_good_deploy_are_listed_not_failed(tmp_path: 
         "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, no stamp on this line\n"
         "[ 900.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=1, GPU stopped processing\n"
     )
-    xid = health.parse_xid(log)
+    xid = gpu_facts.parse_xid(log)
     assert [(e["code"], e["t"]) for e in xid] == [(79, 100.5), (13, None), (43, 900.0)]
-    gpus = health.parse_query((FIX3 / "nvidia-smi-query-health.csv").read_text())
-    q = health.parse_q((FIX / "nvidia-smi-q.txt").read_text())
+    gpus = gpu_facts.parse_query((FIX3 / "nvidia-smi-query-health.csv").read_text())
+    q = gpu_facts.parse_q((FIX / "nvidia-smi-q.txt").read_text())
     fails = health.judge(gpus, q, None, xid, None, {**PARAMS, "expected_arch": "", "xid_after_s": 500.0})
     xids = [f for f in fails if "Xid" in f]
     assert len(xids) == 2 and all("in the kernel log since the last good deploy" in f for f in xids)

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from roles_testlib import BIN, REPO, ansible_playbook, load_yaml, recorded_nvidia_smi
+from roles_testlib import BIN, REPO, ansible_playbook, example_gpu_hosts, load_yaml
 
 DEMO_VAULT_PASSWORD = "example-only-change-me"  # documented in inventory/example/group_vars/all/vault.yml
 
@@ -17,12 +17,11 @@ DEMO_VAULT_PASSWORD = "example-only-change-me"  # documented in inventory/exampl
 def _example_preflight(tmp_path: Path, *extra: str, inventory: str = "inventory/example"):
     """Preflight of inventory/example as written (ansible_become: true, no override), every host
     played by this machine (local connection, already root: become needs no sudo). Preflight reaches
-    each host, so each "host" answers `nvidia-smi -q` with the recorded H200's output
-    (tests/fixtures/nvidia-smi-h200-2026-12-02) and the free-disk floor is this machine's, not a
-    GPU host's."""
+    each host, so each "host" answers nvidia-smi with the recorded H200's output
+    (tests/fixtures/nvidia-smi-h200-*) edited to its profile's GPUs, and the free-disk floor is this
+    machine's, not a GPU host's."""
     password = tmp_path / "vault-pass"
     password.write_text(DEMO_VAULT_PASSWORD + "\n")
-    smi = recorded_nvidia_smi(tmp_path, gpus=8, total_mib=184320)
     return ansible_playbook(
         "-i",
         inventory,
@@ -33,8 +32,9 @@ def _example_preflight(tmp_path: Path, *extra: str, inventory: str = "inventory/
         "ansible_connection=local",
         "-e",
         f'{{"ansible_python_interpreter": "{BIN / "python"}"}}',
+        *example_gpu_hosts(tmp_path),
         "-e",
-        f"gpu_host_nvidia_smi={smi} sglang_preflight_min_free_gb=1",
+        "sglang_preflight_min_free_gb=1",
         "-e",
         f"sglang_reports_dir={tmp_path / 'reports'}",  # its own rollout lock: other tests run this inventory too
         *extra,

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from roles_testlib import BIN, REPO, ansible_env, ansible_playbook, recorded_nvidia_smi
+from roles_testlib import BIN, REPO, ansible_env, ansible_playbook, example_gpu_hosts
 from test_roles_static import DEMO_VAULT_PASSWORD
 
 
@@ -30,7 +30,7 @@ def _preflight(tmp_path: Path, reports: Path, run_id: str):
         "-l", "gpu-host-01.example.internal,localhost", "-e", "ansible_connection=local",
         "-e", f'{{"ansible_python_interpreter": "{BIN / "python"}"}}',
         "-e", f"sglang_reports_dir={reports}", "-e", f"sglang_run_id={run_id}",
-        "-e", f"gpu_host_nvidia_smi={recorded_nvidia_smi(tmp_path, gpus=8, total_mib=184320)}",
+        *example_gpu_hosts(tmp_path),
         "-e", "sglang_preflight_min_free_gb=1",
     )  # fmt: skip
 

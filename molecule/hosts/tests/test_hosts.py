@@ -98,13 +98,16 @@ def test_tags_gpu_host_started_no_server():
     assert vols.stdout.strip() == ""
 
 
-def test_wrong_arch_fails_on_the_recorded_h200():
+def test_wrong_arch_stops_preflight_on_the_recorded_h200():
+    """Preflight asks each host's nvidia-smi for its GPUs' compute capability (over SSH, with sudo):
+    both hosts are refused before any host changes, in one line naming them, not at the canary's turn."""
     log = " ".join(helpers.nested_log("wrong-arch").split())  # long lines come back wrapped
-    # the canary (first batch) fails on what the recorded H200 reports, so the rollout stops there
-    assert "fatal: [mol-hosts-deb12]" in log and "fatal: [mol-hosts-deb13]" not in log, log[-3000:]
-    assert "compute capability 9.0, expected sm_120" in log and "GPU0 (NVIDIA H200" in log
-    summary = helpers.summary_after("wrong-arch")
-    assert summary["failed"] == ["mol-hosts-deb12"] and summary["not_reached"] == ["mol-hosts-deb13"], summary
+    assert (
+        "mol-hosts-deb12, mol-hosts-deb13: its GPUs are sm_90 (NVIDIA H200), the profile expects sm_120 "
+        "(sglang_gpu_arch): put the host in its GPU profile's group, or correct sglang_gpu_arch."
+    ) in log, log[-3000:]
+    assert "Preflight refused 2 of 2 hosts: nothing was changed on any host." in log
+    assert "PLAY [Canaries" not in log and "PLAY [Roll out" not in log and "Check the GPUs' health" not in log
 
 
 def test_offline_host_names_the_missing_package_and_installs_nothing(host):

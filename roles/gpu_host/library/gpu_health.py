@@ -17,15 +17,18 @@ GPU-to-GPU link types of ``nvidia-smi topo -m`` against the ones the inventory a
 
 from __future__ import annotations
 
-import csv
 import fnmatch
-import io
 import os
 import re
 import shutil
 import subprocess
 import time
 from typing import Any
+
+# The one reader of nvidia-smi's output and the Xid rule, shared with preflight: the role's
+# module_utils/gpu_facts.py (a link to the bundle's preflight/gpu_facts.py), which Ansible packs into
+# this module's payload, so the host needs nothing of the bundle.
+from ansible.module_utils import gpu_facts as facts
 
 DOCUMENTATION = r"""
 module: gpu_health
@@ -57,68 +60,7 @@ options:
   run_dcgmi: {type: bool, default: true, description: Run dcgmi diag -r 1 when DCGM is installed.}
 """
 
-QUERY_FIELDS = (
-    "index,name,uuid,pci.bus_id,compute_cap,driver_version,persistence_mode,ecc.mode.current,"
-    "ecc.errors.uncorrected.volatile.total,retired_pages.pending"
-)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
-_KTIME = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")  # dmesg's default stamp: seconds since boot
-# Xid codes an operator meets most (NVIDIA's Xid catalogue), for readable messages.
-XID_MEANING = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup",
-    48: "double-bit ECC error",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapper failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
-
-
-def _value(text: str) -> str | None:
-    text = text.strip()
-    return None if text in ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported") else text
-
-
-def parse_query(text: str) -> list[dict[str, str | None]]:
-    """``nvidia-smi --query-gpu=... --format=csv``: one dict per GPU, keyed by the header's field names."""
-    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
-    if not rows:
-        return []
-    header = [h.split(" [")[0].strip() for h in rows[0]]
-    return [{h: _value(v) for h, v in zip(header, row, strict=False)} for row in rows[1:] if row]
-
-
-def parse_q(text: str) -> dict[str, dict[str, str | None]]:
-    """``nvidia-smi -q``: per GPU bus id, the row-remapping and retired-page state."""
-    out: dict[str, dict[str, str | None]] = {}
-    current: dict[str, str | None] | None = None
-    section = ""
-    for raw in text.splitlines():
-        m = re.match(r"^GPU ([0-9A-Fa-f:.]+)\s*$", raw)
-        if m:
-            current = out.setdefault(m.group(1).lower(), {})
-            continue
-        if current is None or not raw.strip():
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        name, sep, value = raw.strip().partition(":")
-        name = name.strip()
-        if not sep or (not value.strip() and indent == 4):
-            if indent == 4:
-                section = name
-            continue
-        if section in ("Remapped Rows", "Retired Pages") and indent == 8:
-            current[f"{section}/{name}"] = _value(value)
-    return out
 
 
 def parse_topo(text: str) -> tuple[list[str], dict[tuple[str, str], str]]:
@@ -140,24 +82,6 @@ def parse_topo(text: str) -> tuple[list[str], dict[tuple[str, str], str]]:
     return gpus, links
 
 
-def parse_xid(text: str) -> list[dict[str, Any]]:
-    """Xid events of the kernel log: the GPU's PCI address, the code, the line and, when the line
-    carries dmesg's stamp, the seconds since boot (``t``; None without one)."""
-    out = []
-    for line in text.splitlines():
-        if m := _XID.search(line):
-            k = _KTIME.match(line.strip())
-            out.append(
-                {
-                    "pci": m.group(1).lower(),
-                    "code": int(m.group(2)),
-                    "line": line.strip()[:300],
-                    "t": float(k.group(1)) if k else None,
-                }
-            )
-    return out
-
-
 def since_boot(path: str, now: float, uptime_s: float) -> float | None:
     """``path``'s modification time in seconds since boot (0 when it is older than this boot), or
     None when there is no such file: events logged before it were on the host when it last passed."""
@@ -165,7 +89,7 @@ def since_boot(path: str, now: float, uptime_s: float) -> float | None:
         mtime = os.stat(path).st_mtime
     except OSError:
         return None
-    return max(0.0, mtime - (now - uptime_s))
+    return facts.after_boot(mtime, now, uptime_s)
 
 
 def parse_dcgmi(text: str) -> list[str]:
@@ -178,15 +102,9 @@ def parse_dcgmi(text: str) -> list[str]:
     return failed
 
 
-def _pci_key(bus_id: str | None) -> str:
-    """'00000000:3B:00.0' and '0000:3b:00' name the same GPU: compare bus:device."""
-    m = re.search(r"([0-9a-f]{2}):([0-9a-f]{2})(?:\.\d)?$", (bus_id or "").lower())
-    return f"{m.group(1)}:{m.group(2)}" if m else (bus_id or "").lower()
-
-
 def judge(
     gpus: list[dict[str, str | None]],
-    q: dict[str, dict[str, str | None]],
+    q: facts.SmiLog,
     topo: tuple[list[str], dict[tuple[str, str], str]] | None,
     xid: list[dict[str, Any]] | None,
     dcgmi_failed: list[str] | None,
@@ -197,13 +115,13 @@ def judge(
     want = params["expected_count"]
     if len(gpus) != want:
         fails.append(f"{len(gpus)} GPU(s) visible, expected {want} (sglang_gpu_count)")
-    arch = re.sub(r"\D", "", str(params.get("expected_arch") or ""))
-    by_pci = {_pci_key(k): v for k, v in q.items()}
+    want_arch = facts.arch(params.get("expected_arch"))
+    by_pci = {facts.pci_key(k): v for k, v in q.gpus.items()}
     for g in gpus:
         name = f"GPU{g.get('index')} ({g.get('name')}, {g.get('pci.bus_id') or g.get('uuid')})"
-        cap = (g.get("compute_cap") or "").replace(".", "")
-        if arch and cap != arch:
-            fails.append(f"{name}: compute capability {g.get('compute_cap')}, expected sm_{arch} (sglang_gpu_arch)")
+        if want_arch and facts.arch(g.get("compute_cap")) != want_arch:
+            cap = g.get("compute_cap")
+            fails.append(f"{name}: compute capability {cap}, expected sm_{want_arch} (sglang_gpu_arch)")
         ecc = g.get("ecc.errors.uncorrected.volatile.total")
         if ecc is not None and ecc.isdigit() and int(ecc) > params["max_uncorrected_ecc"]:
             fails.append(
@@ -214,24 +132,13 @@ def judge(
             fails.append(f"{name}: retired pages pending: reboot the host to retire them")
         if params["require_persistence"] and (g.get("persistence_mode") or "").lower() != "enabled":
             fails.append(f"{name}: persistence mode {g.get('persistence_mode')}, expected Enabled (nvidia-smi -pm 1)")
-        rows = by_pci.get(_pci_key(g.get("pci.bus_id")), {})
+        rows = by_pci.get(facts.pci_key(g.get("pci.bus_id")), {})
         if (rows.get("Remapped Rows/Pending") or "").lower() == "yes":
             fails.append(f"{name}: row remapping pending: reset the GPU (or reboot) before use")
         if (rows.get("Remapped Rows/Remapping Failure Occurred") or "").lower() == "yes":
             fails.append(f"{name}: row remapping failed: the GPU needs service")
     if xid:
-        index_of = {_pci_key(g.get("pci.bus_id")): g.get("index") for g in gpus}
-        after = params.get("xid_after_s")  # the last good deploy, in seconds since boot
-        since = "since boot" if after is None else "since the last good deploy"
-        for ev in xid:
-            if ev["code"] in params["xid_ignore"]:
-                continue
-            if after is not None and ev.get("t") is not None and ev["t"] < after:
-                continue  # the host passed a gate with it: reported in xid_events, not failed
-            gpu = index_of.get(_pci_key(ev["pci"]))
-            who = f"GPU{gpu}" if gpu is not None else f"GPU at PCI {ev['pci']}"
-            meaning = XID_MEANING.get(ev["code"], "see NVIDIA's Xid catalogue")
-            fails.append(f"{who}: Xid {ev['code']} ({meaning}) in the kernel log {since}: {ev['line']}")
+        fails += facts.xid_failures(xid, gpus, params.get("xid_after_s"), params["xid_ignore"])
     if topo is not None and params["allowed_links"]:
         names, links = topo
         if len(names) != len(gpus):
@@ -275,12 +182,12 @@ def main() -> None:
     )
     p = module.params
     smi = p["nvidia_smi"]
-    rc, out, err = _run([smi, f"--query-gpu={QUERY_FIELDS}", "--format=csv"])
+    rc, out, err = _run([smi, f"--query-gpu={facts.QUERY_FIELDS}", "--format=csv"])
     if rc != 0:
         module.fail_json(msg=f"nvidia-smi failed (rc {rc}): {(err or out).strip()[:300]}; install the NVIDIA driver")
-    gpus = parse_query(out)
+    gpus = facts.parse_query(out)
     rc_q, out_q, _ = _run([smi, "-q"])
-    q = parse_q(out_q) if rc_q == 0 else {}
+    q = facts.parse_q(out_q) if rc_q == 0 else facts.SmiLog()
     rc_t, out_t, err_t = _run([smi, "topo", "-m"])
     topo = parse_topo(out_t) if rc_t == 0 else None
     problems: list[str] = []
@@ -290,12 +197,9 @@ def main() -> None:
     if p["check_xid"]:
         rc_k, out_k, err_k = _run(p["kernel_log_command"])
         if rc_k != 0:
-            problems.append(
-                f"cannot read the kernel log for Xid events ({' '.join(p['kernel_log_command'])}: rc {rc_k}, "
-                f"{err_k.strip()[:200]}): run with become, or set gpu_host_check_xid: false"
-            )
+            problems.append(facts.kernel_log_unreadable(p["kernel_log_command"], rc_k, err_k))
         else:
-            xid = parse_xid(out_k)
+            xid = facts.parse_xid(out_k)
             if p["xid_since_file"]:
                 with open("/proc/uptime", encoding="ascii") as fh:
                     uptime_s = float(fh.read().split()[0])

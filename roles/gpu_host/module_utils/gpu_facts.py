@@ -1,0 +1,1 @@
+../../../preflight/gpu_facts.py
