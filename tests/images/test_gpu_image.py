@@ -221,3 +221,19 @@ def test_the_flag_table_is_what_the_image_parser_accepts(resolved) -> None:
     assert {f: table[f]["value"] for f in table} == {f: parser[f]["value"] for f in parser}
     choices = {f: sorted(map(str, e["choices"])) for f, e in table.items() if e.get("choices")}
     assert {f: parser[f]["choices"] for f in choices} == choices
+
+
+def test_the_cubin_record_names_what_flashinfer_would_fetch_on_b200(labels: dict[str, str]) -> None:
+    """Built without --with-cubins: the label says none, FlashInfer's kernel folder stays its default
+    (in the cache volume), and the record lists the repository folders it fetches from, which the
+    roles name when they refuse this image for an air-gapped sm_100 host."""
+    assert labels["io.sglang-deploy.flashinfer.cubins"] == "none"
+    proc = docker_run("-c", 'cat /etc/sglang-deploy/cubins.json; echo "$FLASHINFER_CUBIN_DIR"')
+    assert proc.returncode == 0, proc.stderr
+    record_text, cubin_dir = proc.stdout.rsplit("}", 1)
+    record = json.loads(record_text + "}")
+    assert cubin_dir.strip() == "/root/.cache/flashinfer/cubins"
+    assert record["state"] == "none" and record["flashinfer_version"] == "0.7.2"
+    folders = record["artifact_folders"]
+    assert any(f.endswith("/fmha/trtllm-gen/") for f in folders) and any(f.endswith("/deep-gemm/") for f in folders)
+    assert any(f.endswith("/fmha/cute-dsl/x86_64/sm_100a/") for f in folders), folders
