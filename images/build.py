@@ -303,7 +303,7 @@ def build_sglang(args: argparse.Namespace) -> str:
         "INSTALL_MODE": args.install_mode,
         "SGLANG_VERSION": args.sglang_version,
         "FLASHINFER_VERSION": args.flashinfer_version,
-        "CUDA_VERSION": args.cuda_version,
+        "CUDA_RELEASE": args.cuda_version,
         "PATCHES": patches,
     }
     if args.pip_extra_index_url:

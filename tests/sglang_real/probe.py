@@ -232,6 +232,9 @@ def main() -> int:
     major, minor = (int(x) for x in opts.capability.split("."))
     if not opts.real_kernels:
         sys.meta_path.insert(0, _StandInFinder())
+    else:  # the image's own kernels must load (the driver stub stands in for the driver)
+        import flashinfer  # noqa: F401
+        import sgl_kernel  # noqa: F401
     fake_devices((major, minor), opts.gpus, opts.memory_gib, opts.name)
     import sglang
 
