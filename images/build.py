@@ -90,11 +90,12 @@ TEST_ENGINE_RELEASES = {
         "13.0",
         {"autotune-flashinfer-cutlass": "upstream", "dsa-fp8-page-table-guard": "applied"},
     ),
-    # a release beyond every patch range: no guard, so the roles must add --disable-chunked-prefix-cache
+    # a release beyond every patch range: no guard, so the roles must add --disable-chunked-prefix-cache;
+    # FlashInfer as release-b's, so b -> c is a new SGLang release under the same cache key
     "c": TestEngineRelease(
         "release-c",
         "0.5.24",
-        "0.7.4",
+        "0.7.2",
         "13.0",
         {"autotune-flashinfer-cutlass": "upstream", "dsa-fp8-page-table-guard": "absent"},
     ),
