@@ -2,6 +2,9 @@
 """Build the bundle's images and their offline archives: the one entry point for images/.
 
     python3 images/build.py sglang [--sglang-version 0.5.23 ...]   # GPU image, host with a registry
+    python3 images/build.py sglang --local-cuda-base                # GPU image, no registry (cuda-base below)
+    python3 images/build.py lock                                    # re-resolve images/sglang/requirements.lock
+    python3 images/build.py cuda-base [--python-root PREFIX]        # the local CUDA 13.0 devel base
     python3 images/build.py sglang-cpu-test                         # CI: real patch layer, CPU base
     python3 images/build.py test-engine --release all               # local/sglang-test-engine:release-{a,b,c}
     python3 images/build.py save IMAGE --out DIR [--gzip]           # offline archive + .sha256 + .json
@@ -12,7 +15,7 @@ Builds are idempotent: each image carries ``io.sglang-deploy.source-hash`` (its 
 context + build arguments); an image with the same hash is not rebuilt (``--force`` does).
 The build context is staged in a temporary folder with only the files the Dockerfile uses,
 so it is small and the hash means exactly "same inputs".
-Standard library only (plus the docker CLI), so it runs on any build host's python3.
+Standard library only (plus the docker CLI, and uv for ``lock``), so it runs on any build host's python3.
 """
 
 from __future__ import annotations
@@ -38,12 +41,16 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "patches"))
 
+import cuda_base  # noqa: E402
 import image_archive as archive  # noqa: E402
+import wheelhouse  # noqa: E402
 from patchset import PatchError, load_patches, run  # noqa: E402
 
 WHEEL_CACHE = REPO / ".cache" / "wheels"
 CPU_BASE = "local/debian:bookworm"
 GPU_BASE = "nvidia/cuda:13.0.1-devel-ubuntu24.04"
+# the registry-free stand-in for GPU_BASE (images/cuda-base/, built by `cuda-base`)
+LOCAL_CUDA_BASE = "local/cuda:13.0.3-devel-py3.12"
 HASH_LABEL = "io.sglang-deploy.source-hash"
 # The fleet seed an image can carry (``seed``): the archive of a warm FlashInfer cache volume, the
 # file the flashinfer_cache role looks for when the controller has no archive of the host's key.
@@ -83,11 +90,12 @@ TEST_ENGINE_RELEASES = {
         "13.0",
         {"autotune-flashinfer-cutlass": "upstream", "dsa-fp8-page-table-guard": "applied"},
     ),
-    # a release beyond every patch range: no guard, so the roles must add --disable-chunked-prefix-cache
+    # a release beyond every patch range: no guard, so the roles must add --disable-chunked-prefix-cache;
+    # FlashInfer as release-b's, so b -> c is a new SGLang release under the same cache key
     "c": TestEngineRelease(
         "release-c",
         "0.5.24",
-        "0.7.4",
+        "0.7.2",
         "13.0",
         {"autotune-flashinfer-cutlass": "upstream", "dsa-fp8-page-table-guard": "absent"},
     ),
@@ -209,19 +217,34 @@ def _vcs_ref() -> str:
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
 
 
-def docker_build(ctx: Path, dockerfile: str, tag: str, build_args: dict[str, str], *, force: bool) -> bool:
-    """Build unless an image with the same source hash exists; True when it built."""
+def docker_build(
+    ctx: Path,
+    dockerfile: str,
+    tag: str,
+    build_args: dict[str, str],
+    *,
+    force: bool,
+    network: str | None = None,
+    transport_args: dict[str, str] | None = None,
+    no_cache: bool = False,
+) -> bool:
+    """Build unless an image with the same source hash exists; True when it built.
+
+    ``transport_args`` (where the wheels come from: a wheelhouse URL) are build arguments that do
+    not change what is built, so they are not part of the source hash."""
     digest = source_hash(ctx, build_args)
     if not force and _image_label(tag, HASH_LABEL) == digest:
         log(f"{tag}: up to date (source hash {digest[:12]}), not rebuilt")
         return False
     args = {
         **build_args,
+        **(transport_args or {}),
         "SOURCE_HASH": digest,
         "VCS_REF": _vcs_ref(),
         "BUILD_DATE": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    cmd = ["docker", "build", "-f", str(ctx / dockerfile), "-t", tag]
+    cmd = ["docker", "build", "-f", str(ctx / dockerfile), "-t", tag, *(["--network", network] if network else [])]
+    cmd += ["--no-cache"] if no_cache else []
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     cmd.append(str(ctx))
@@ -257,26 +280,44 @@ def _stage_patches(ctx: Path) -> None:
 
 
 def build_sglang(args: argparse.Namespace) -> str:
-    """The production Dockerfile, GPU or CPU-test variant (same file, same patch layer)."""
+    """The production Dockerfile, GPU or CPU-test variant (same file, same patch layer).
+
+    GPU mode installs images/sglang/requirements.lock (checked here first: a lock of another release
+    fails before docker starts). ``--local-cuda-base`` builds FROM the local CUDA base (made when
+    missing) and, like ``--wheelhouse``, installs from the lock's wheels downloaded on this host and
+    served to the build on 127.0.0.1 (the build container shares neither this host's pip settings
+    nor its proxy certificates)."""
     if args.install_mode == "cpu-test" or args.patches is None:
         wheel = ensure_wheel("sglang", args.sglang_version)
         patches = args.patches if args.patches is not None else expected_patches(wheel, args.sglang_version)
     else:
         patches = args.patches
+    gpu = args.install_mode == "gpu"
+    if gpu:
+        wheelhouse.check_release(wheelhouse.read_lock(), args.sglang_version, args.flashinfer_version)
+    base = args.base
+    if getattr(args, "local_cuda_base", False):
+        base = ensure_cuda_base(args.python_root, force=False)
+    use_wheelhouse = gpu and (getattr(args, "wheelhouse", False) or getattr(args, "local_cuda_base", False))
     build_args = {
-        "BASE_IMAGE": args.base,
+        "BASE_IMAGE": base,
         "INSTALL_MODE": args.install_mode,
         "SGLANG_VERSION": args.sglang_version,
         "FLASHINFER_VERSION": args.flashinfer_version,
-        "CUDA_VERSION": args.cuda_version,
+        "CUDA_RELEASE": args.cuda_version,
         "PATCHES": patches,
     }
     if args.pip_extra_index_url:
         build_args["PIP_EXTRA_INDEX_URL"] = args.pip_extra_index_url
+    if getattr(args, "with_cubins", False):
+        # FlashInfer's prebuilt kernels in the image, for air-gapped B200 hosts (images/sglang/cubins.py)
+        build_args |= {"FLASHINFER_CUBINS": "baked", "FLASHINFER_CUBIN_DIR": "/opt/flashinfer-cubins"}
+        if args.cubins_repository:
+            build_args["FLASHINFER_CUBINS_REPOSITORY"] = args.cubins_repository
     with tempfile.TemporaryDirectory(prefix="sglang-ctx-") as tmp:
         ctx = Path(tmp)
-        staged = ("Dockerfile", "hashes.txt", "healthcheck.py", "launch.py", "smoke.py", "allreduce_bench.py",
-                  "cache_archive.py", "wheels/README.md")  # fmt: skip
+        staged = ("Dockerfile", "hashes.txt", "requirements.lock", "base_python.sh", "healthcheck.py", "launch.py",
+                  "smoke.py", "allreduce_bench.py", "cache_archive.py", "cubins.py", "wheels/README.md")  # fmt: skip
         for name in staged:
             _link_or_copy(HERE / "sglang" / name, ctx / "sglang" / name)
         _stage_patches(ctx)
@@ -288,9 +329,38 @@ def build_sglang(args: argparse.Namespace) -> str:
             ):
                 wheel = ensure_wheel(dist, version)
                 _link_or_copy(wheel, ctx / "sglang" / "wheels" / wheel.name)
-        docker_build(ctx, "sglang/Dockerfile", args.tag, build_args, force=args.force)
+        if use_wheelhouse:
+            log(f"the lock's wheels into {wheelhouse.WHEELHOUSE} (only missing ones are downloaded)")
+            wheelhouse.download()
+            with wheelhouse.serve(wheelhouse.WHEELHOUSE, args.wheelhouse_port) as url:
+                log(f"serving {wheelhouse.WHEELHOUSE} at {url} to the build (--network host, --no-index)")
+                docker_build(ctx, "sglang/Dockerfile", args.tag, build_args, force=args.force, network="host",
+                             transport_args={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": url},
+                             no_cache=args.no_cache)  # fmt: skip
+        else:
+            docker_build(ctx, "sglang/Dockerfile", args.tag, build_args, force=args.force, no_cache=args.no_cache)
     _maybe_archive(args, args.tag)
     return args.tag
+
+
+def ensure_cuda_base(
+    python_root: Path | None, *, force: bool, tag: str = LOCAL_CUDA_BASE, no_cache: bool = False
+) -> str:
+    """images/cuda-base/Dockerfile FROM local/debian:bookworm (made with scripts/debian-base.sh when
+    missing): the CUDA wheels of the lock (downloaded first) and a CPython 3.12 tree."""
+    if _image_label(CPU_BASE, HASH_LABEL) is None:
+        log(f"{CPU_BASE} is missing: making it with scripts/debian-base.sh (debootstrap, about a minute)")
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "debian-base.sh"), "bookworm"], check=False)
+        if proc.returncode != 0:
+            raise BuildError(f"scripts/debian-base.sh bookworm failed (exit {proc.returncode}); its output is above")
+    python = cuda_base.python_root(python_root)
+    wheelhouse.download()
+    with tempfile.TemporaryDirectory(prefix="cuda-base-ctx-") as tmp:
+        ctx = Path(tmp)
+        log(f"{tag}: CPython {wheelhouse.PYTHON} from {python}, CUDA wheels of {wheelhouse.LOCK.name}")
+        cuda_base.stage(ctx, python)
+        docker_build(ctx, "Dockerfile", tag, {"DEBIAN_IMAGE": CPU_BASE}, force=force, no_cache=no_cache)
+    return tag
 
 
 def build_test_engine(args: argparse.Namespace) -> list[str]:
@@ -419,6 +489,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--archive-dir", help="also write an offline archive (docker save + .sha256 + .json) here")
         sp.add_argument("--gzip", action="store_true", help="gzip the archive")
         sp.add_argument("--force", action="store_true", help="rebuild even when the source hash matches")
+        sp.add_argument("--no-cache", action="store_true", help="docker build --no-cache (a cold build)")
 
     for name, mode, base, sv, fv, cv, tag in (
         ("sglang", "gpu", GPU_BASE, "0.5.23", "0.7.2", "13.0", "sglang-glm5:0.5.23-cu130"),
@@ -433,7 +504,32 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--tag", default=tag)
         sp.add_argument("--patches", help="expected id=status list (default: decided on the sglang wheel)")
         sp.add_argument("--pip-extra-index-url", help="e.g. https://download.pytorch.org/whl/cu130 for torch")
+        if mode == "gpu":
+            sp.add_argument("--local-cuda-base", action="store_true",
+                            help=f"build FROM {LOCAL_CUDA_BASE} (images/cuda-base, made when missing) instead of "
+                                 "--base: no registry needed; implies --wheelhouse")  # fmt: skip
+            sp.add_argument("--wheelhouse", action="store_true",
+                            help="install the lock's wheels downloaded on this host (.cache/wheelhouse), served "
+                                 "to the build on 127.0.0.1 (--network host), not the index in the build")  # fmt: skip
+            sp.add_argument("--wheelhouse-port", type=int, default=wheelhouse.PORT)
+            sp.add_argument("--python-root", type=Path, help="CPython 3.12 prefix for the local CUDA base")
+            sp.add_argument(
+                "--with-cubins",
+                action="store_true",
+                help="bake FlashInfer's prebuilt kernels (trtllm-gen, DeepGEMM...) into the image: "
+                "air-gapped B200 hosts need them; the build host must reach the artifact repository",
+            )
+            sp.add_argument("--cubins-repository", help="a mirror of FlashInfer's artifact repository")  # fmt: skip
         archive_opts(sp)
+
+    lk = sub.add_parser("lock", help="re-resolve images/sglang/requirements.lock (uv; CPython 3.12, manylinux_2_34)")
+    lk.add_argument("--sglang-version", default="0.5.23")
+    lk.add_argument("--flashinfer-version", default="0.7.2")
+    cb = sub.add_parser("cuda-base", help=f"the local CUDA 13.0 devel base ({LOCAL_CUDA_BASE}; no registry)")
+    cb.add_argument("--python-root", type=Path, help="CPython 3.12 prefix (default: the build host's pyenv 3.12)")
+    cb.add_argument("--tag", default=LOCAL_CUDA_BASE)
+    cb.add_argument("--force", action="store_true")
+    cb.add_argument("--no-cache", action="store_true", help="docker build --no-cache (a cold build)")
 
     te = sub.add_parser("test-engine", help="images/test-engine/Dockerfile (the TEST ENGINE, not SGLang)")
     te.add_argument("--release", default="all", choices=[*sorted(TEST_ENGINE_RELEASES), "all"])
@@ -460,6 +556,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd in ("sglang", "sglang-cpu-test"):
             build_sglang(args)
+        elif args.cmd == "lock":
+            wheelhouse.compile_lock(args.sglang_version, args.flashinfer_version)
+            print(wheelhouse.LOCK)
+        elif args.cmd == "cuda-base":
+            print(ensure_cuda_base(args.python_root, force=args.force, tag=args.tag, no_cache=args.no_cache))
         elif args.cmd == "test-engine":
             build_test_engine(args)
         elif args.cmd == "seed":
@@ -471,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             m = archive.verify(args.archive) if args.cmd == "verify" else archive.load(args.archive)
             what = f" ({', '.join(m.repo_tags)} {m.image_id[:19]})" if m else ""
             print(f"{args.archive}: OK{what}" + (", loaded" if args.cmd == "load" else ""))
-    except (BuildError, PatchError, archive.ArchiveError) as exc:
+    except (BuildError, PatchError, archive.ArchiveError, wheelhouse.LockError, cuda_base.BaseError) as exc:
         print(f"[images] ERROR: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,6 +5,9 @@
 #   bash scripts/test.sh lint       lint gates only
 #   bash scripts/test.sh pytest     pytest only (after set-up)
 #   bash scripts/test.sh molecule   molecule scenarios only
+#   bash scripts/test.sh gpu-image  NOT part of `all` (nor of CI): the release check of the production GPU
+#                                   image: build it here (local CUDA base), test it inside itself, write
+#                                   benchmarks/results/gpu-image-<date>.{json,log} (benchmarks/gpu_image.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-all}
@@ -79,7 +82,7 @@ run_pytest() {
   # the two longest files first (about 11-12 min each), one per worker, the rest filling in around
   # them; named twice, pytest collects them once
   local longest=(tests/roles/test_rollout_unreachable.py tests/roles/test_roles_local_rollout.py)
-  pytest_or_fail -n 2 --dist loadfile -m docker --durations=8 "${longest[@]}" "${suites[@]}"
+  pytest_or_fail -n 2 --dist loadfile -m "docker and not gpu_image" --durations=8 "${longest[@]}" "${suites[@]}"
 }
 
 # Scenarios that run in the background beside another (each on its own network and names):
@@ -131,7 +134,8 @@ case "$stage" in
   lint) run_lint ;;
   pytest) shift; run_pytest "$@" ;;
   molecule) run_molecule ;;
+  gpu-image) shift; python benchmarks/gpu_image.py "$@" ;;
   all) run_lint; run_pytest; run_molecule ;;
-  *) echo "usage: scripts/test.sh [all|lint|pytest|molecule]" >&2; exit 2 ;;
+  *) echo "usage: scripts/test.sh [all|lint|pytest|molecule|gpu-image]" >&2; exit 2 ;;
 esac
 banner "done: $stage"

@@ -13,6 +13,7 @@ test engine).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -84,3 +85,52 @@ def check(argv: list[str], table: dict[str, Any], skip_prefix: str = "") -> list
         if renamed:
             out.append(Problem("deprecated_value", flag, value, renamed))
     return out
+
+
+# The launch_server flags whose values decide which kernels a start compiles or tunes (FlashInfer JIT
+# modules, its autotune results, DeepGEMM, Triton): the attention and MoE backends, the KV-cache and
+# weight formats, the speculative (MTP) draft, the parallel layout and CUDA-graph sizes (autotune shapes),
+# the all-reduce fusion, and the model itself. Two starts that differ in one of these (or in the SGLang
+# release) need modules the other did not build, even under the same FlashInfer.
+KERNEL_FLAGS = (
+    "--model-path", "--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
+    "--dsa-prefill-backend", "--dsa-decode-backend", "--nsa-prefill-backend", "--nsa-decode-backend",
+    "--moe-runner-backend", "--moe-a2a-backend", "--kv-cache-dtype", "--quantization", "--dtype",
+    "--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens", "--speculative-moe-runner-backend", "--tp-size", "--ep-size", "--dp-size",
+    "--enable-dp-attention", "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "--disable-cuda-graph",
+    "--enable-flashinfer-allreduce-fusion", "--flashinfer-allreduce-fusion-backend",
+    "--disable-shared-experts-fusion",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelBuild:
+    """What a start compiles for: ``id`` to compare (release + digest of the kernel flags), ``about`` to read."""
+
+    id: str
+    about: str
+
+
+def kernel_build(version: str, argv: list[str]) -> KernelBuild:
+    """The kernel build of a ``launch_server`` argv under SGLang ``version``.
+
+    The cache role records it in the volume's manifest when a start's gate passes, and counts a later
+    start warm only when its build is there (a new release or profile under the same FlashInfer is a
+    cold start, with the cold deadline). Flags are read as ``--flag value`` or ``--flag=value``; a
+    boolean flag counts as ``true``; the order of flags does not matter."""
+    chosen: dict[str, str] = {}
+    tokens = list(argv)
+    for i, token in enumerate(tokens):
+        name, eq, inline = token.partition("=")
+        if name not in KERNEL_FLAGS:
+            continue
+        if eq:
+            chosen[name] = inline
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            chosen[name] = tokens[i + 1]
+        else:
+            chosen[name] = "true"
+    about = ", ".join([f"sglang {version}", *(f"{k} {v}" for k, v in sorted(chosen.items()))])
+    digest = hashlib.sha256(about.encode()).hexdigest()[:12]
+    return KernelBuild(f"sglang{version}-{digest}", about)

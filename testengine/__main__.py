@@ -7,6 +7,8 @@ import sys
 
 from aiohttp import web
 
+import sglangflags
+
 from . import flags
 from .config import VERSION_STRING, ConfigError, parse_args
 from .flashinfer_cache import CacheState
@@ -36,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.faults.describe():
         log.warning("test engine: fault modes active: %s", ", ".join(cfg.faults.describe()))
     k = cfg.knobs
-    cache = CacheState.probe(k.cache_dir, k.flashinfer_version, k.arch)
+    build = sglangflags.kernel_build(flags.posed_version(), args).id
+    cache = CacheState.probe(k.cache_dir, k.flashinfer_version, k.arch, build)
     server = EngineServer(cfg, cache)
     web.run_app(
         server.build_app(),

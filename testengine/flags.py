@@ -30,9 +30,14 @@ def refusal(argv: list[str], table: dict[str, Any]) -> str | None:
     return "unrecognized arguments: " + " ".join(unknown) if unknown else None
 
 
+def posed_version() -> str:
+    """The SGLang release the engine poses as ("" when started without one)."""
+    return os.environ.get(VERSION_ENV, "").strip()
+
+
 def check(argv: list[str]) -> str | None:
     """The launch_server-style error for ``argv`` under the claimed release, or None."""
-    version = os.environ.get(VERSION_ENV, "").strip()
+    version = posed_version()
     if not version:
         return None
     tables = Path(os.environ.get(TABLES_ENV) or sglangflags.TABLES)

@@ -11,8 +11,15 @@ the cache folders (benchmarks/gpu on the lent H200).
 
     python3 cache_archive.py create --src /cache --key KEY --out /out/KEY.tar.gz      # + KEY.tar.gz.sha256
     python3 cache_archive.py seed --archive /in/KEY.tar.gz --key KEY --dest /cache
-    python3 cache_archive.py record --dest /cache --key KEY                            # write the manifest
+    python3 cache_archive.py record --dest /cache --key KEY --build ID --about TEXT    # write the manifest
     python3 cache_archive.py manifest --dest /cache --key KEY                          # is it warm for KEY?
+
+What a volume holds is more than its key (FlashInfer, CUDA, GPU arch): the SGLang release and the
+server's kernel settings (attention/MoE backends, KV dtype, MTP, TP) decide which modules a start
+compiles. ``record --build`` adds the start's build (an id and a readable description) to the
+manifest's ``builds``; ``manifest`` returns them, and the roles count a start warm only when its
+build is among them (roles/sglang_server: a new SGLang release under the same FlashInfer is a cold
+start, with the cold deadline).
 
 The roles stream archives through a helper container of the serving image: ``create --out -``
 writes the tar.gz to stdout (the host computes its checksum over what it received), ``seed
@@ -70,6 +77,7 @@ def _manifest_of(src: Path, key: str) -> dict[str, Any]:
     manifest = build_manifest(src, key)
     if not manifest["modules"]:
         raise Refused(f"--src {src} holds no compiled module (*.so): nothing worth archiving (a cold cache?)")
+    manifest["builds"] = _builds_of(src, key)  # an archive carries what its volume was warm for
     return manifest
 
 
@@ -82,12 +90,29 @@ def _write_tar(tar: tarfile.TarFile, src: Path, manifest: dict[str, Any]) -> Non
         tar.add(src / f["path"], arcname=f["path"], recursive=False)
 
 
-def record(dest: Path, key: str) -> dict[str, Any]:
+def _builds_of(dest: Path, key: str) -> dict[str, str]:
+    """The builds the manifest in ``dest`` lists, if it is one of ``key`` (none otherwise)."""
+    try:
+        manifest = json.loads((dest / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    builds = manifest.get("builds") if manifest.get("key") == key else None
+    return dict(builds) if isinstance(builds, dict) else {}
+
+
+def record(dest: Path, key: str, build: str = "", about: str = "") -> dict[str, Any]:
     """Write the manifest of what ``dest`` holds now into it: after a gate passed on a cold start,
-    this is what makes the next start "warm" (every module listed is there), not "some .so exists"."""
+    this is what makes the next start "warm" (every module listed is there), not "some .so exists".
+    The builds an earlier manifest of the key listed stay (their modules are still there), and
+    ``build`` joins them."""
     manifest = _manifest_of(dest, key)
+    builds = manifest["builds"]
+    if build:
+        builds[build] = about or build
+    manifest["builds"] = dict(sorted(builds.items()))
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    return {"recorded": str(dest), "key": key, "files": len(manifest["files"]), "modules": len(manifest["modules"])}
+    return {"recorded": str(dest), "key": key, "files": len(manifest["files"]), "modules": len(manifest["modules"]),
+            "builds": sorted(builds)}  # fmt: skip
 
 
 def create_stream(src: Path, key: str, stream: Any) -> dict[str, Any]:
@@ -211,7 +236,8 @@ def warm(dest: Path, key: str) -> dict[str, Any]:
             "warm": False,
             "why": f"{len(missing)} of {len(manifest.get('modules', []))} modules missing or changed",
         }
-    return {"warm": True, "modules": len(manifest["modules"])}
+    builds = manifest.get("builds")
+    return {"warm": True, "modules": len(manifest["modules"]), "builds": builds if isinstance(builds, dict) else {}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("record")
     r.add_argument("--dest", type=Path, required=True)
     r.add_argument("--key", required=True)
+    r.add_argument("--build", default="", help="the start's build id (SGLang release + kernel settings)")
+    r.add_argument("--about", default="", help="the build in words (shown when another build finds the cache)")
     m = sub.add_parser("manifest")
     m.add_argument("--dest", type=Path, required=True)
     m.add_argument("--key", required=True)
@@ -246,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "seed":
             out = seed(args.archive, args.key, args.dest, args.checksum, args.sha256)
         elif args.cmd == "record":
-            out = record(args.dest, args.key)
+            out = record(args.dest, args.key, args.build, args.about)
         else:
             out = warm(args.dest, args.key)
     except Refused as exc:

@@ -41,7 +41,7 @@ def test_a_seeded_volume_holds_exactly_what_the_warm_one_held(tmp_path: Path, wa
     assert got["files"] == 2
     for rel in ("0.7.2/120a/cached_ops/silu_and_mul/silu_and_mul.so", "triton/abc/kernel.cubin"):
         assert (dest / rel).read_bytes() == (warm_cache / rel).read_bytes()
-    assert ca.warm(dest, KEY) == {"warm": True, "modules": 1}
+    assert ca.warm(dest, KEY) == {"warm": True, "modules": 1, "builds": {}}
     assert not [p for p in dest.iterdir() if p.name.startswith(".seed-")]  # the staging folder is gone
 
 
@@ -143,7 +143,11 @@ def test_streamed_archive_seeds_only_with_the_checksum_of_what_was_received(
     assert json.loads(out)["modules"] == 1
     rel = "0.7.2/120a/cached_ops/silu_and_mul/silu_and_mul.so"
     assert (dest / rel).read_bytes() == (warm_cache / rel).read_bytes()
-    assert json.loads(_cli("manifest", "--dest", str(dest), "--key", KEY)[1]) == {"warm": True, "modules": 1}
+    assert json.loads(_cli("manifest", "--dest", str(dest), "--key", KEY)[1]) == {
+        "warm": True,
+        "modules": 1,
+        "builds": {},
+    }
     rc, _, err = _cli("seed", "--archive", "-", "--key", KEY, "--dest", str(dest), stdin=data)
     assert rc == 2 and "--sha256 must be the archive's 64-digit sha256" in err
 
@@ -153,14 +157,38 @@ def test_record_makes_a_cold_started_volume_warm_for_its_key_only(tmp_path: Path
     whatever *.so it holds."""
     assert ca.warm(warm_cache, KEY) == {"warm": False, "why": "no manifest (never archived from, nor seeded)"}
     rc, out, _ = _cli("record", "--dest", str(warm_cache), "--key", KEY)
-    assert rc == 0 and json.loads(out) == {"recorded": str(warm_cache), "key": KEY, "files": 2, "modules": 1}
-    assert ca.warm(warm_cache, KEY) == {"warm": True, "modules": 1}
+    assert rc == 0 and json.loads(out) == {
+        "recorded": str(warm_cache), "key": KEY, "files": 2, "modules": 1, "builds": []}  # fmt: skip
+    assert ca.warm(warm_cache, KEY) == {"warm": True, "modules": 1, "builds": {}}
     assert ca.warm(warm_cache, "another-key")["warm"] is False
     # the manifest is not itself a listed file, so recording twice lists the same files
     assert ca.record(warm_cache, KEY)["files"] == 2
     (tmp_path / "cold").mkdir()
     rc, _, err = _cli("record", "--dest", str(tmp_path / "cold"), "--key", KEY)
     assert rc == 2 and "holds no compiled module" in err
+
+
+def test_the_manifest_lists_every_build_recorded_on_the_key_and_seeds_carry_them(tmp_path, warm_cache) -> None:
+    """What a volume holds beyond its key: each passing start's build (SGLang release + kernel settings)
+    joins the manifest's builds, earlier ones stay (their modules are still there), another key's
+    builds do not carry over, and an archive seeds them into the next host's volume."""
+    a, b = "sglang0.5.22-3f1c0d9e2b7a", "sglang0.5.23-9a8b7c6d5e4f"
+    rc, out, _ = _cli(
+        "record", "--dest", str(warm_cache), "--key", KEY, "--build", a, "--about", "sglang 0.5.22, mtp off"
+    )
+    assert rc == 0 and json.loads(out)["builds"] == [a]
+    assert ca.warm(warm_cache, KEY)["builds"] == {a: "sglang 0.5.22, mtp off"}
+    ca.record(warm_cache, KEY, b, "sglang 0.5.23, mtp on")
+    assert ca.warm(warm_cache, KEY)["builds"] == {a: "sglang 0.5.22, mtp off", b: "sglang 0.5.23, mtp on"}
+    ca.record(warm_cache, KEY, b)  # recorded again: the same two, the newer words kept
+    assert list(ca.warm(warm_cache, KEY)["builds"]) == [a, b]
+    ca.record(warm_cache, "another-key", b)
+    assert ca.warm(warm_cache, "another-key")["builds"] == {b: b}  # a was of KEY, not of this key
+    ca.record(warm_cache, KEY, a)
+    made = ca.create(warm_cache, KEY, tmp_path / "k.tar.gz")
+    dest = tmp_path / "next-host"
+    ca.seed(Path(made["archive"]), KEY, dest)
+    assert ca.warm(dest, KEY)["builds"] == {a: a}
 
 
 NINJA = shutil.which("ninja", path=str(Path(sys.executable).parent)) or shutil.which("ninja")

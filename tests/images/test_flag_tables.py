@@ -40,3 +40,31 @@ def test_extractor_reads_both_argument_styles() -> None:
     assert new["--enable-flashinfer-allreduce-fusion"]["deprecated"] is True
     assert new["--enable-flashinfer-allreduce-fusion"]["new_flag"] == "--flashinfer-allreduce-fusion-backend=auto"
     assert "glm47" in new["--tool-call-parser"]["choices"] and "glm47" in old["--tool-call-parser"]["choices"]
+
+
+def test_the_kernel_build_changes_with_the_release_and_each_kernel_flag_only() -> None:
+    """sglangflags.kernel_build: what the cache role compares to decide "warm for this start"."""
+    import sglangflags
+
+    argv = ["--model-path", "/models/GLM-5-NVFP4", "--tp-size", "8", "--kv-cache-dtype", "fp8_e4m3",
+            "--moe-runner-backend", "flashinfer_cutlass", "--mem-fraction-static", "0.9", "--disable-cuda-graph",
+            "--speculative-algorithm", "EAGLE"]  # fmt: skip
+    base = sglangflags.kernel_build("0.5.23", argv)
+    assert base.id.startswith("sglang0.5.23-") and len(base.id) == len("sglang0.5.23-") + 12
+    assert base.about == (
+        "sglang 0.5.23, --disable-cuda-graph true, --kv-cache-dtype fp8_e4m3, --model-path /models/GLM-5-NVFP4, "
+        "--moe-runner-backend flashinfer_cutlass, --speculative-algorithm EAGLE, --tp-size 8"
+    )
+    # not kernel settings, order, and the --flag=value spelling: the same build
+    same = ["--mem-fraction-static", "0.5", "--speculative-algorithm=EAGLE", *argv[:8], "--disable-cuda-graph"]
+    assert sglangflags.kernel_build("0.5.23", same) == base
+    # another release, another value of any kernel flag, a kernel flag more or less: another build
+    others = [
+        sglangflags.kernel_build("0.5.22", argv),
+        sglangflags.kernel_build("0.5.23", [*argv[:5], "bf16", *argv[6:]]),
+        sglangflags.kernel_build("0.5.23", [*argv[:7], "flashinfer_trtllm", *argv[8:]]),
+        sglangflags.kernel_build("0.5.23", [*argv[:-1], "NEXTN"]),
+        sglangflags.kernel_build("0.5.23", [*argv, "--tp-size", "4"]),
+        sglangflags.kernel_build("0.5.23", argv[:-2]),
+    ]
+    assert len({b.id for b in [base, *others]}) == 7

@@ -49,6 +49,8 @@ RESOLVED = (
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
     "speculative_draft_model_path",
+    "speculative_moe_runner_backend",
+    "speculative_moe_a2a_backend",
     "enable_flashinfer_allreduce_fusion",
     "flashinfer_allreduce_fusion_backend",
     "disable_custom_all_reduce",
@@ -217,16 +219,28 @@ def main() -> int:
     ap.add_argument("--memory-gib", type=float, default=96.0)
     ap.add_argument("--name", default="NVIDIA RTX PRO 6000 Blackwell Server Edition")
     ap.add_argument("--cases", type=Path, help="JSON {name: argv}: resolve each (one process, one device)")
+    ap.add_argument(
+        "--real-kernels",
+        action="store_true",
+        help="import the real sgl_kernel and torchvision (inside the GPU image, with a driver stub on the "
+        "loader's path) instead of the CPU venv's stand-ins",
+    )
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- then one launch_server argv (without --cases)")
     opts = ap.parse_args()
     argv = opts.argv[1:] if opts.argv[:1] == ["--"] else opts.argv
     cases: dict[str, list[str]] = json.loads(opts.cases.read_text()) if opts.cases else ({"argv": argv} if argv else {})
     major, minor = (int(x) for x in opts.capability.split("."))
-    sys.meta_path.insert(0, _StandInFinder())
+    if not opts.real_kernels:
+        sys.meta_path.insert(0, _StandInFinder())
+    else:  # the image's own kernels must load (the driver stub stands in for the driver)
+        import flashinfer  # noqa: F401
+        import sgl_kernel  # noqa: F401
     fake_devices((major, minor), opts.gpus, opts.memory_gib, opts.name)
     import sglang
 
     out: dict[str, Any] = {"sglang_version": sglang.__version__, "parser": parser_facts(), "environment": environment()}
+    loaded = (*STAND_INS, "flashinfer", "torch")
+    out["modules"] = {name: getattr(sys.modules.get(name), "__file__", None) for name in loaded}
     out["cases"] = {name: resolve(case) for name, case in cases.items()}
     json.dump(out, sys.stdout, sort_keys=True)
     return 0

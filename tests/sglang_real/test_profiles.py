@@ -18,39 +18,13 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import cpu_env  # noqa: E402
+from profiles_lib import DEVICES, FLASHINFER, MODEL, cases, pairs, render, server_env  # noqa: E402
 
 import sglangflags  # noqa: E402
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
-
-MODEL = REPO / "tests" / "fixtures" / "glm5-nvfp4-config"
-FLASHINFER = {"0.5.17": "0.6.15.post1", "0.5.23": "0.7.2"}  # the FlashInfer each release pins
-DEVICES = {
-    "rtx_pro_6000": ("12.0", 96, "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
-    "b200": ("10.0", 180, "NVIDIA B200"),
-}
-# Flags whose value the profile pins to SGLang's own choice: dropped, SGLang must choose the same.
-PINNED = ("--attention-backend", "--dsa-prefill-backend", "--dsa-decode-backend", "--moe-runner-backend",
-          "--kv-cache-dtype", "--chunked-prefill-size")  # fmt: skip
-
-
-def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
-    out, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-        elif token in flags:
-            skip = True
-        else:
-            out.append(token)
-    return out
-
-
-def _pairs(argv: list[str]) -> dict[str, str]:
-    return {a: b for a, b in zip(argv, [*argv[1:], ""], strict=True) if a.startswith("--") and not b.startswith("--")}
 
 
 @pytest.fixture(scope="module", params=sorted(FLASHINFER))
@@ -62,19 +36,13 @@ def release(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module")
 def rendered(release: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """inventory/example rendered by the roles for this release: {profile: {argv, env, ...}}."""
-    out = tmp_path_factory.mktemp(f"render-{release}")
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/example", str(HERE / "render.yml"),
-           "-e", f"render_out={out}", "-e", f"render_sglang_version={release}",
-           "-e", f"render_flashinfer_version={FLASHINFER[release]}"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    return render(release, tmp_path_factory.mktemp(f"render-{release}"))
 
 
-def probe(release: str, profile: str, cases: dict[str, list[str]], env: dict[str, str], tmp: Path) -> dict[str, Any]:
+def probe(release: str, profile: str, argvs: dict[str, list[str]], env: dict[str, str], tmp: Path) -> dict[str, Any]:
     capability, memory, name = DEVICES[profile]
     spec = tmp / f"cases-{profile}.json"
-    spec.write_text(json.dumps(cases))
+    spec.write_text(json.dumps(argvs))
     proc = subprocess.run(
         [str(cpu_env.venv_python()), str(HERE / "probe.py"), "--capability", capability, "--gpus", "8",
          "--memory-gib", str(memory), "--name", name, "--cases", str(spec)],
@@ -91,15 +59,10 @@ def resolved(release: str, rendered: dict[str, dict[str, Any]], tmp_path_factory
     """Per profile: SGLang's resolution of the rendered argv ("profile"), of the argv without the pinned
     settings ("sglang", SGLang's own choice) and, on sm_120, of --attention-backend triton."""
     tmp = tmp_path_factory.mktemp(f"probe-{release}")
-    out = {}
-    for profile, r in rendered.items():
-        argv = [str(MODEL) if a == "/models/GLM-5-NVFP4" else a for a in r["argv"]]
-        cases = {"profile": argv, "sglang": _without(argv, PINNED)}
-        if profile == "rtx_pro_6000":
-            cases["triton"] = [*_without(argv, PINNED[:3]), "--attention-backend", "triton"]
-        server_env = {k: v for k, v in r["env"].items() if k.startswith("SGLANG_") and "CACHE" not in k}
-        out[profile] = probe(release, profile, cases, server_env, tmp)
-    return out
+    return {
+        profile: probe(release, profile, cases(profile, r["argv"], str(MODEL)), server_env(r), tmp)
+        for profile, r in rendered.items()
+    }
 
 
 def test_both_profiles_were_rendered(rendered: dict[str, dict[str, Any]]) -> None:
@@ -109,7 +72,7 @@ def test_both_profiles_were_rendered(rendered: dict[str, dict[str, Any]]) -> Non
 
 @pytest.mark.parametrize("profile", sorted(DEVICES))
 def test_sglang_keeps_every_setting_the_profile_renders(profile: str, rendered, resolved, release: str) -> None:
-    argv = _pairs(rendered[profile]["argv"])
+    argv = pairs(rendered[profile]["argv"])
     got = resolved[profile]["cases"]["profile"]["resolved"]
     assert resolved[profile]["sglang_version"] == release
     assert got["attention_backend"] == argv["--attention-backend"] == "dsa"

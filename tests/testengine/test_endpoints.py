@@ -204,6 +204,29 @@ def test_flashinfer_cache_cold_then_warm(tmp_path):
         second.stop()
 
 
+def test_a_new_release_or_kernel_setting_under_the_same_flashinfer_starts_cold(tmp_path):
+    """As a real cache: a start whose SGLang release or kernel flags differ needs modules the volume does
+    not hold yet (cold, and it builds them); the builds accumulate, so an earlier one stays warm."""
+    cache = tmp_path / "fi"
+
+    def state(*flags: str, version: str = "0.5.22") -> str:
+        eng = start_engine(tmp_path, *flags, cache_dir=cache, env={"TEST_ENGINE_SGLANG_VERSION": version})
+        try:
+            return json.loads(_req(eng.url + "/get_server_info")[1])["test_engine_info"]["flashinfer_cache"]
+        finally:
+            eng.stop()
+
+    assert state() == "cold"
+    assert state("--mem-fraction-static", "0.8") == "warm"  # not a kernel setting
+    assert state(version="0.5.23") == "cold"  # another release, the same FlashInfer folder
+    assert state("--kv-cache-dtype", "fp8_e4m3", version="0.5.23") == "cold"
+    assert state("--kv-cache-dtype=fp8_e4m3", version="0.5.23") == "warm"
+    assert state() == "warm"  # the first build is still there
+    marker = json.loads(next(cache.glob("*/*/.test-engine-cache.json")).read_text())
+    assert len(marker["builds"]) == 3 and all(b.startswith("sglang0.5.2") for b in marker["builds"])
+    assert len(list(cache.glob("*/*/cached_ops/*/*.so"))) == 3
+
+
 def test_error_rate_gives_http_500_on_a_fraction(engine_factory):
     eng = engine_factory("--engine-fault", "error_rate:0.5", "--engine-instant")
     codes = [
