@@ -9,14 +9,18 @@ image says whether it carries them (label ``io.sglang-deploy.flashinfer.cubins``
 fetches from (/etc/sglang-deploy/cubins.json). RTX PRO 6000 (sm_120) JIT-compiles what it runs
 (FlashInfer's CUTLASS MoE, flashinfer_sparse_mla), so it needs none. The test engine needs none.
 
-The cache role applies it right after the image is delivered, before the host is drained
-(roles/flashinfer_cache/tasks/cubins.yml).
+Preflight applies it before any host changes where the image's labels are known on the controller
+(an offline archive: its NAME.json beside it, images/image_archive.py); the cache role applies it to
+every host right after the image is delivered, before the host is drained
+(roles/flashinfer_cache/tasks/cubins.yml), the registry's images included.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 LABEL = "io.sglang-deploy.flashinfer.cubins"
 # GPU architectures whose FlashInfer kernels come as downloaded binaries (trtllm-gen's sm100f/sm103a)
@@ -53,3 +57,27 @@ def refusal(
         "that reaches the repository (or `--cubins-repository MIRROR`), or let this host download "
         "(flashinfer_cache_no_download: false)."
     )
+
+
+def archive_labels(archive: str) -> dict[str, str] | None:
+    """The image labels an offline archive's NAME.json records (None when there is none to read)."""
+    path = Path(archive)
+    base = path.name.removesuffix(".gz").removesuffix(".tar")
+    try:
+        labels = json.loads(path.with_name(f"{base}.json").read_text()).get("labels")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else None
+
+
+def preflight_refusal(host: str, hv: Mapping[str, object], gpu_arch: str, offline: bool) -> str | None:
+    """The rule for a host whose image comes as an archive the controller holds; None otherwise."""
+    if hv.get("sglang_image_source") != "archive" or str(hv.get("sglang_image_archive_on_host")).lower() in (
+        "true", "1", "yes", "on"):  # fmt: skip
+        return None
+    labels = archive_labels(str(hv.get("sglang_image_archive_path") or ""))
+    if labels is None:
+        return None
+    no_download = hv.get("flashinfer_cache_no_download", offline)
+    return refusal(host, str(hv.get("sglang_image")), gpu_arch, str(no_download).lower() in ("true", "1", "yes", "on"),
+                   labels)  # fmt: skip

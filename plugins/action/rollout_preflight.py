@@ -15,6 +15,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 import preflight  # the bundle's package: run ansible-playbook from its virtualenv
+from preflight import cubins
 
 DOCUMENTATION = """
 module: rollout_preflight
@@ -49,6 +50,9 @@ class ActionModule(ActionBase):
             settings, invalid = preflight.Settings.from_vars(hv, specs)
             unknown = preflight.unknown_variables(hv.keys(), specs.known)
             found = preflight.judge_host(settings, probe, unknown, invalid)
+            # the image's own rule, where its labels are known before any pull (an archive on the controller)
+            image = cubins.preflight_refusal(host, hv, settings.gpu_arch, settings.offline)
+            found += [preflight.Refusal("flashinfer_cubins", image)] if image and not probe.unreachable else []
             if found:
                 refusals[host] = found
         result.update(changed=False, refused={h: [r.message for r in rs] for h, rs in refusals.items()})

@@ -48,3 +48,23 @@ def test_the_refusal_names_the_host_image_state_folders_and_both_fixes() -> None
 )
 def test_no_refusal_where_nothing_would_stop_the_server(arch, no_download, labels) -> None:
     assert cubins.refusal("h", "img", arch, no_download, labels) is None
+
+
+def test_preflight_reads_the_archives_labels_on_the_controller(tmp_path) -> None:
+    """An air-gapped fleet's image comes as an archive whose NAME.json (images/image_archive.py) records
+    its labels: preflight refuses there, before any host changes; a registry image is judged after its
+    pull (roles/flashinfer_cache/tasks/cubins.yml)."""
+    import json
+
+    archive = tmp_path / "reg_sglang-glm5_0.5.23.tar.gz"
+    (tmp_path / "reg_sglang-glm5_0.5.23.json").write_text(json.dumps({"labels": {**SGLANG, cubins.LABEL: "none"}}))
+    hv = {"sglang_image_source": "archive", "sglang_image_archive_path": str(archive), "sglang_image": "reg/x:1"}
+    got = cubins.preflight_refusal("b200-01", hv, "100", True)
+    assert got is not None and got.startswith("b200-01: reg/x:1 carries no FlashInfer kernel binaries")
+    assert cubins.archive_labels(str(archive)) == {**SGLANG, cubins.LABEL: "none"}
+    assert cubins.preflight_refusal("b200-01", {**hv, "flashinfer_cache_no_download": False}, "100", True) is None
+    assert cubins.preflight_refusal("b200-01", hv, "100", False) is None  # online: FlashInfer downloads
+    assert cubins.preflight_refusal("b200-01", {**hv, "sglang_image_source": "registry"}, "100", True) is None
+    assert cubins.preflight_refusal("b200-01", {**hv, "sglang_image_archive_on_host": True}, "100", True) is None
+    assert cubins.preflight_refusal("b200-01", {**hv, "sglang_image_archive_path": str(tmp_path / "x.tar")}, "100",
+                                    True) is None  # no NAME.json to read  # fmt: skip

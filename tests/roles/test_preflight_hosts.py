@@ -114,6 +114,21 @@ def test_gpus_of_another_arch_than_the_profile_stop_preflight(tmp_path: Path) ->
                         "put the host in its GPU profile's group, or correct sglang_gpu_arch.")  # fmt: skip
 
 
+def test_an_air_gapped_b200_profile_stops_on_an_archive_without_flashinfer_kernel_binaries(tmp_path: Path) -> None:
+    """The archive's NAME.json on the controller says the image carries no FlashInfer kernel binaries
+    (io.sglang-deploy.flashinfer.cubins=none) and the hosts are offline with a B200 (sm_100) profile:
+    refused before any host changes (preflight/cubins.py), beside the arch refusal of the recorded H200."""
+    labels = {"io.sglang-deploy.engine": "sglang", "io.sglang-deploy.flashinfer.version": "0.7.2",
+              "io.sglang-deploy.flashinfer.cubins": "none"}  # fmt: skip
+    (tmp_path / "sglang-glm5_0.5.23.json").write_text(json.dumps({"labels": labels}))
+    archive = {"sglang_image_source": "archive", "sglang_image_archive_on_host": False, "gpu_host_offline": True,
+               "sglang_image_archive_path": str(tmp_path / "sglang-glm5_0.5.23.tar.gz")}  # fmt: skip
+    run = _preflight(tmp_path, RECORDED, "-e", "sglang_gpu_arch=100", "-e", json.dumps(archive))
+    _judged(run, JUDGE, "carries no FlashInfer kernel binaries (io.sglang-deploy.flashinfer.cubins=none), and this "
+                        "B200-class host (sm_100) cannot download them")  # fmt: skip
+    assert "its GPUs are sm_90 (NVIDIA H200), the profile expects sm_100" in " ".join(run.out.split())
+
+
 XID = "NVRM: Xid (PCI:0000:00:06): 79, pid=2394, name=python3, GPU has fallen off the bus."
 
 
@@ -141,8 +156,10 @@ def test_a_docker_without_the_nvidia_runtime_that_the_role_will_not_add_stops_pr
     unless told not to manage the daemon's config: then preflight stops the run, naming the fix."""
     run = _preflight(tmp_path, RECORDED, "-e", "gpu_host_manage_daemon_config=false")
     _judged(run, JUDGE, "localhost: docker has no nvidia runtime (")
-    assert ("gpu_host_manage_daemon_config is false: run 'nvidia-ctk runtime configure --runtime=docker' on the host "
-            "and reload docker, or set gpu_host_manage_daemon_config: true.") in " ".join(run.out.split())
+    assert (
+        "gpu_host_manage_daemon_config is false: run 'nvidia-ctk runtime configure --runtime=docker' on the host "
+        "and reload docker, or set gpu_host_manage_daemon_config: true."
+    ) in " ".join(run.out.split())
 
 
 @pytest.mark.parametrize(
