@@ -1,7 +1,7 @@
 """Turn the role's structured settings into an SGLang ``launch_server`` argv.
 
 Why a filter and not a Jinja template: the flag set depends on the SGLang version
-(renames and removals, see FIELD-NOTES) and on the image's patch record, and the
+(renames and removals: docs/blackwell-profiles.md, "Flag tables") and on the image's patch record, and the
 rules need unit tests. Every error names the inventory variable (``sglang_server_<key>``)
 and the allowed values, so a bad inventory stops in preflight before any host changes.
 
