@@ -30,7 +30,7 @@ SHARED = frozenset({
     "sglang_rollout_host_lock_stale_s", "sglang_rollout_state_file", "sglang_rollout_left_drained",
     "sglang_gpu_min_memory_gib", "sglang_rollout_keep_runs", "sglang_rollout_rollback",
     "sglang_rollout_hosts", "sglang_rollout_canaries", "sglang_rollout_canary_done",
-    "sglang_rollout_image_in_flight",
+    "sglang_rollout_image_in_flight", "sglang_metrics_textfile_dir", "sglang_rollout_metrics_file",
 })  # fmt: skip
 # libyaml's loader where PyYAML has it
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
