@@ -19,7 +19,8 @@ SUMMARY = {
     "moved": ["h1", "h2"], "unchanged": [], "rolled_back": ["h3"], "put_back": [], "left_drained": [],
     "failed": ["h3"], "unreachable": [], "not_reached": ["h4"],
 }  # fmt: skip
-# the fleet as runs so far left it: h5 lost mid-gate in an earlier run, h6 left out of rotation
+# the fleet as runs so far left it: h5 lost mid-gate after its drain, h6 at a stage when the controller
+# died (before any drain), h7 left out of rotation by a rollback whose server never answered again
 STATE = {
     "schema": 1,
     "image_in_flight": {},
@@ -28,7 +29,8 @@ STATE = {
         "h2": {"outcome": "ok", "pending_repair": False, "drained": False},
         "h3": {"outcome": "failed", "pending_repair": False, "drained": False},
         "h5": {"outcome": "unreachable", "pending_repair": True, "drained": True},
-        "h6": {"outcome": "in progress", "pending_repair": True, "drained": True},
+        "h6": {"outcome": "in progress", "pending_repair": True, "drained": False},
+        "h7": {"outcome": "failed", "pending_repair": False, "drained": True},
     },
 }
 
@@ -50,12 +52,12 @@ def test_the_textfile_counts_the_run_and_the_fleet(tmp_path: Path, promtool, pro
             "in_progress")} == {"succeeded": 0, "failed": 1, "unreachable": 0, "in_progress": 0}  # fmt: skip
     assert one("sglang_rollout_last_run_finished") == 0
     assert one("sglang_rollout_last_run_info", run_id="20261207T100000Z", image="reg/sglang:0.5.23") == 1
-    want_fleet = {"ok": 2, "failed": 1, "unreachable": 1, "in_progress": 1, "drained": 2, "pending_repair": 2}
+    want_fleet = {"ok": 2, "failed": 2, "unreachable": 1, "in_progress": 1, "drained": 2, "pending_repair": 2}
     assert {s: one("sglang_fleet_hosts", state=s) for s in want_fleet} == want_fleet
     assert {h: one("sglang_fleet_host_pending_repair", host=h) for h in STATE["hosts"]} == {
-        "h1": 0, "h2": 0, "h3": 0, "h5": 1, "h6": 1}  # fmt: skip
+        "h1": 0, "h2": 0, "h3": 0, "h5": 1, "h6": 1, "h7": 0}  # fmt: skip
     assert {h: one("sglang_fleet_host_drained", host=h) for h in STATE["hosts"]} == {
-        "h1": 0, "h2": 0, "h3": 0, "h5": 1, "h6": 1}  # fmt: skip
+        "h1": 0, "h2": 0, "h3": 0, "h5": 1, "h6": 0, "h7": 1}  # fmt: skip
     assert [p.name for p in path.parent.iterdir()] == ["sglang_rollout.prom"]  # no temporary file left
 
 

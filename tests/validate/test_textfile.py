@@ -98,6 +98,12 @@ def test_the_file_is_replaced_by_a_rename_and_leaves_no_temporary_file(tmp_path:
     assert out.read_text().startswith("# HELP sglang_gate_passed")
 
 
+def test_a_report_that_is_not_an_object_exits_2(tmp_path: Path) -> None:
+    run = cli("--report", "-", "--out", str(tmp_path / "x.prom"), stdin="[1, 2]")
+    assert run.returncode == 2 and "must be a JSON object" in run.stderr, run.stderr
+    assert not (tmp_path / "x.prom").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
