@@ -246,7 +246,8 @@ def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env, promtool, 
     assert fleet[("sglang_rollout_last_run_hosts", frozenset({("result", "moved")}))] == 1
     assert fleet[("sglang_rollout_last_run_outcome", frozenset({("outcome", "succeeded")}))] == 1
     assert fleet[("sglang_rollout_last_run_info", frozenset({("run_id", f"step{env.step}"), ("image", env.tag)}))] == 1
-    # and ARA has the run, with the host's gate verdict as a record
+    # and ARA has the run (every result posted: none refused), with the host's gate verdict as a record
+    assert "ERROR ara" not in run.out and "Failed to post" not in run.out, run.out[-3000:]
     playbooks = env.ara("playbook", "list")
     assert [(p["status"], p["path"].endswith("deploy.yml")) for p in playbooks] == [("completed", True)]
     record = env.ara("record", "show", str(env.ara("record", "list", "--playbook", str(playbooks[0]["id"]))[0]["id"]))
@@ -353,6 +354,7 @@ def test_gate_failure_rolls_back_and_keeps_the_caches(env: Env, prom_samples) ->
     assert fleet[("sglang_rollout_last_run_hosts", frozenset({("result", "rolled_back")}))] == 1
     assert fleet[("sglang_rollout_last_run_outcome", frozenset({("outcome", "failed")}))] == 1
     # ARA: the two runs recorded with it on, each with its host's verdict
+    assert "ERROR ara" not in run.out and "Failed to post" not in run.out, run.out[-3000:]
     verdicts = [
         env.ara("record", "show", str(r["id"]))["value"]["verdict"]
         for p in sorted(env.ara("playbook", "list"), key=lambda p: p["id"])
