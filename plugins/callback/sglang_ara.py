@@ -17,6 +17,10 @@ Where it records is ARA's own setting: its local sqlite database by default
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import Any
+
 from ara.plugins.callback import ara_default
 
 # ARA's options (api_client, api_server, ...: env ARA_*, ansible.cfg [ara]); Ansible reads them from
@@ -24,6 +28,30 @@ from ara.plugins.callback import ara_default
 DOCUMENTATION = ara_default.DOCUMENTATION.replace("callback: ara\n", "callback: sglang_ara\n", 1)
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every infinite or NaN float as its text ("inf", "nan"). JSON has neither, and
+    ARA's API (Django REST framework, strict JSON) answers 400 to a payload that holds one, so ARA
+    logs an error and the whole task result is lost: e.g. every task that carries the gate config,
+    whose ``throughput.request_rate`` is ``.inf`` (validate/configs/*.yml)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def _finite_payload(send: Any, endpoint: str, **payload: Any) -> Any:
+    return send(endpoint, **finite(payload))
+
+
 class CallbackModule(ara_default.CallbackModule):  # type: ignore[misc]
     CALLBACK_NAME = "sglang_ara"
     CALLBACK_NEEDS_ENABLED = True  # off unless callbacks_enabled names it
+
+    def set_options(self, *args: Any, **kwargs: Any) -> None:
+        super().set_options(*args, **kwargs)
+        # the client ARA's callback (and ara_record, through ARA's active client) sends with
+        for method in ("post", "patch", "put"):
+            setattr(self.client, method, functools.partial(_finite_payload, getattr(self.client, method)))
