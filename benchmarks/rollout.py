@@ -17,6 +17,17 @@ with the one sshd and the hosts' side) and the TEST ENGINE's, never a GPU fleet'
 
     .venv/bin/python benchmarks/rollout.py [--hosts 10 50 200] [--serial '[1, 5, "25%"]'] [--forks N]
 
+``--cost`` (issue 39) runs real rollouts (``deploy.yml``: preflight, canary, waves, summary) of
+``--hosts`` fresh SSH hosts (default 50) with the gates on the hosts (a light gate config on TEST
+ENGINE servers: the gate's own cost is the host's, not the controller's), in a cgroup of their own
+so every controller process counts, and prints per stage (the hosts' stage marks): wall time,
+controller CPU seconds per host, peak memory, task executions per host and CPU per task; then
+checks the 200-host projection's model against the measured run and states its error. With
+``--variants today,mitogen,poll,ara`` and ``--repeat N`` the configurations run interleaved and
+each one's CPU is printed as a ratio to ``today`` of the same round, with its spread. Every run
+is checked for what the rollout must do and record (all moved with a passing gate, records,
+reports, state, both Prometheus textfiles).
+
 ``--local`` rolls ``deploy.yml`` over 1, 3 and 6 local-connection hosts and prints wall time against
 host count and against serial batches (hosts in one batch deploy and gate in parallel).
 
