@@ -50,6 +50,10 @@ BASE_PORT = 32000  # the rollout stage's servers: BASE_PORT + host number
 # machine's daemon) mount the gate's folder and key folder from there (sglang_gate_location: host)
 BENCH_DIR = Path("/tmp/rollout-bench")
 SHM_DIR = Path("/dev/shm/rollout-bench")
+# The TEST ENGINE image with its container health check every 30 s, as the production image has it
+# (images/sglang/Dockerfile), not every 5 s (images/test-engine/Dockerfile, for fast tests): 50
+# servers probed every 5 s start 10 health-check processes a second on the hosts' (this machine's) cores.
+BENCH_IMAGE = "local/sglang-test-engine:bench-health30s"
 # A light gate for many TEST ENGINE servers on 2 cores (every phase runs, with fewer requests; the
 # floors are lowered because 50 servers and their gates share the cores): the gate's own cost is on
 # the hosts, not the controller, so only the length of its wait (Ansible's polls) depends on it.
@@ -212,6 +216,8 @@ class StageRun:
     stages: dict[str, Any] = field(default_factory=dict)  # rollout cost: stage -> StageCost
     batches: list[dict[str, float]] = field(default_factory=list)  # rollout cost: each batch's hosts and wall
     problems: list[str] = field(default_factory=list)  # what the rollout failed to do or record
+    interrupted: bool = False  # stopped at the benchmark's deadline: the figures cover the hosts done by then
+    hosts_done: int = 0  # hosts whose record reached "done"
 
 
 class ControllerMeter:
@@ -275,11 +281,18 @@ class ControllerMeter:
 
 
 def run_stage(
-    stage: str, inventory: Path, args: list[str], forks: int, hosts: int, env: dict[str, str] | None = None
+    stage: str,
+    inventory: Path,
+    args: list[str],
+    forks: int,
+    hosts: int,
+    env: dict[str, str] | None = None,
+    deadline_s: float = 0.0,
 ) -> StageRun:
     """ansible-playbook with ``args`` on ``inventory``, measured by a ControllerMeter (sampled every
     0.2 s: the samples stay on the StageRun for a per-stage split). ``env`` adds to the environment
-    (a configuration under test, e.g. another strategy)."""
+    (a configuration under test, e.g. another strategy). ``deadline_s`` (0: none): stop ansible-playbook
+    then (SIGTERM; rc 124, ``interrupted``), keeping what was measured until then."""
     # a fresh SSH ControlPath dir per run: no run reuses the connections (ControlPersist) of the one before
     control = tempfile.mkdtemp(prefix="rollout-bench-cp-")
     # host keys: the inventory's ssh args skip them for the ssh plugin; mitogen reads only this setting
@@ -302,7 +315,13 @@ def run_stage(
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, _ = proc.communicate()
+    interrupted = False
+    try:
+        out, _ = proc.communicate(timeout=deadline_s or None)
+    except subprocess.TimeoutExpired:
+        interrupted = True
+        proc.terminate()
+        out, _ = proc.communicate()
     done.set()
     sampler.join()
     wall = time.monotonic() - started
@@ -311,9 +330,9 @@ def run_stage(
     meter.close()
     shutil.rmtree(control, ignore_errors=True)
     peak = max(s[2] for s in meter.samples)
-    return StageRun(stage, hosts, forks, proc.returncode, round(wall, 1), round(cpu, 1), round(peak / 1024, 1),
-                    tail="" if proc.returncode == 0 else out[-4000:], samples=meter.samples,
-                    cgroup=meter.cgroup is not None)  # fmt: skip
+    return StageRun(stage, hosts, forks, 124 if interrupted else proc.returncode, round(wall, 1), round(cpu, 1),
+                    round(peak / 1024, 1), tail="" if proc.returncode == 0 else out[-4000:], samples=meter.samples,
+                    cgroup=meter.cgroup is not None, interrupted=interrupted)  # fmt: skip
 
 
 def host_stage_times(reports: Path) -> dict[str, float]:
@@ -342,8 +361,9 @@ class StageCost:
     peak_pss_kib: int = 0
 
 
-def stage_windows(reports: Path) -> list[tuple[str, float, float]]:
-    """(stage, start, end) of every host's stage in a run, from its record's marks ("done" ends the last)."""
+def stage_windows(reports: Path, end: float = 0.0) -> list[tuple[str, float, float]]:
+    """(stage, start, end) of every host's stage in a run, from its record's marks ("done" ends the
+    last); ``end`` (a run stopped at a deadline): a stage still open then ends there."""
     out: list[tuple[str, float, float]] = []
     if not reports.is_dir():
         return out
@@ -351,7 +371,19 @@ def stage_windows(reports: Path) -> list[tuple[str, float, float]]:
         for record in rolloutreport.read_records(run_dir):
             marks = record.get("stages") or []
             out.extend((a["stage"], float(a["at"]), float(b["at"])) for a, b in itertools.pairwise(marks))
+            if end and marks and marks[-1]["stage"] != "done":
+                out.append((marks[-1]["stage"], float(marks[-1]["at"]), end))
     return out
+
+
+def stage_hosts(reports: Path) -> dict[str, int]:
+    """How many hosts entered each stage (their records' marks; "done": finished)."""
+    counts: dict[str, int] = {}
+    for run_dir in (p for p in reports.iterdir() if p.is_dir()) if reports.is_dir() else []:
+        for record in rolloutreport.read_records(run_dir):
+            for stage in {m["stage"] for m in record.get("stages") or []}:
+                counts[stage] = counts.get(stage, 0) + 1
+    return counts
 
 
 def split_by_stage(
@@ -478,6 +510,19 @@ def task_counts(path: Path) -> dict[str, int]:
     return counts
 
 
+def build_bench_image() -> str:
+    """BENCH_IMAGE: local_fleet.IMAGE with the production image's health-check interval (one layer of
+    metadata, built in a second); its labels (versions, validate) are the test engine's."""
+    dockerfile = (
+        f"FROM {local_fleet.IMAGE}\n"
+        'HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 CMD ["python3", '
+        '"/opt/sglang-deploy/healthcheck.py"]\n'
+    )
+    subprocess.run(["docker", "build", "-q", "-t", BENCH_IMAGE, "-"], input=dockerfile, text=True, check=True,
+                   capture_output=True)  # fmt: skip
+    return BENCH_IMAGE
+
+
 def rollout_cost(
     work: Path,
     name: str,
@@ -485,13 +530,17 @@ def rollout_cost(
     serial: list[int | str],
     env: dict[str, str],
     inventory_hosts: dict[str, dict[str, Any]] | None = None,
+    deadline_s: float = 0.0,
 ) -> StageRun:
     """One real rollout (deploy.yml: preflight, canary, waves, summary) of ``hosts`` fresh SSH hosts,
     gates on the hosts (LIGHT_GATE), measured on the controller and split by stage, with the task
     executions per host of each stage (benchmarks/callback/bench_tasks.py).
-    ``inventory_hosts``: hosts added outside the rollout's groups (a variant's own needs)."""
+    ``inventory_hosts``: hosts added outside the rollout's groups (a variant's own needs);
+    ``deadline_s``: stop it then and report what was measured (run_stage)."""
     cleanup(hosts)
     inv = write_inventory(work / name, hosts, serial, gpu_checks=False, gate_on_host=True)
+    group = inv / "group_vars/all/main.yml"
+    group.write_text(yaml.safe_dump({**yaml.safe_load(group.read_text()), "sglang_image": build_bench_image()}))
     if inventory_hosts:
         data = yaml.safe_load((inv / "hosts.yml").read_text())
         data["all"]["hosts"] = inventory_hosts
@@ -502,15 +551,24 @@ def rollout_cost(
         "ANSIBLE_CALLBACK_PLUGINS": f"{ROOT / 'plugins/callback'}:{ROOT / 'benchmarks/callback'}",
         "ANSIBLE_CALLBACKS_ENABLED": enabled, "ROLLOUT_BENCH_TASKS": str(tasks),
     }  # fmt: skip
-    run = run_stage(name, inv, ["deploy.yml"], 0, hosts, env={**env, **counting})
+    run = run_stage(name, inv, ["deploy.yml"], 0, hosts, env={**env, **counting}, deadline_s=deadline_s)
     reports = inv / "reports"
     run.host_stage_s = host_stage_times(reports)
-    run.stages = {k: asdict(v) for k, v in split_by_stage(run.samples, stage_windows(reports)).items()}
+    end = run.samples[-1][0] if run.interrupted and run.samples else 0.0
+    run.stages = {k: asdict(v) for k, v in split_by_stage(run.samples, stage_windows(reports, end)).items()}
+    entered = stage_hosts(reports)
+    for stage, cost in run.stages.items():  # per host of the stage: a stopped run's later stages had fewer
+        cost["hosts"] = entered.get(stage, hosts)
+    run.hosts_done = entered.get("done", 0)
     run.batches = batch_walls(reports, serial, hosts)
     per_stage = task_counts(tasks)
     for stage, cost in run.stages.items():
-        cost["tasks_per_host"] = round(per_stage.get(stage, 0) / hosts, 1)
-    run.problems = rollout_problems(reports, hosts) if run.rc == 0 else [f"ansible-playbook exited {run.rc}"]
+        cost["tasks_per_host"] = round(per_stage.get(stage, 0) / cost["hosts"], 1)
+    run.problems = (
+        rollout_problems(reports, hosts) if run.rc == 0
+        else [f"stopped at the benchmark's deadline ({deadline_s:.0f} s): {run.hosts_done} of {hosts} hosts done"]
+        if run.interrupted else [f"ansible-playbook exited {run.rc}"]
+    )  # fmt: skip
     cleanup(hosts)
     shutil.rmtree(work / name, ignore_errors=True)
     return run

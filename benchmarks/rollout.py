@@ -384,13 +384,14 @@ def print_projection(c: ProjectionCheck) -> None:
 
 
 def print_cost(run: _fleet_ssh.StageRun) -> None:
-    """One rollout's table: per stage wall time, controller CPU seconds per host, peak memory."""
+    """One rollout's table: per stage wall time, controller CPU seconds per host, peak memory (a run
+    stopped at its deadline: per host that reached each stage, the figures so far)."""
     print(f"{run.stage}: {run.hosts} hosts, wall {run.wall_s:.0f} s, controller CPU {run.cpu_s:.0f} s "
           f"= {run.cpu_s / run.hosts:.2f} s per host, peak {run.peak_pss_mib:.0f} MiB, rc {run.rc}"
           + ("" if run.cgroup else " (no cgroup: CPU of detached ssh masters not counted)"))  # fmt: skip
     print(f"  {'stage':<26} {'wall s':>7} {'CPU s/host':>10} {'peak MiB':>8} {'tasks/host':>10} {'CPU ms/task':>11}")
     for cost in run.stages.values():
-        per_host, tasks = cost["cpu_s"] / run.hosts, cost.get("tasks_per_host", 0)
+        per_host, tasks = cost["cpu_s"] / cost.get("hosts", run.hosts), cost.get("tasks_per_host", 0)
         print(f"  {cost['stage']:<26} {cost['wall_s']:>7.1f} {per_host:>10.2f} {cost['peak_pss_kib'] / 1024:>8.0f} "
               f"{tasks:>10.1f} {(per_host / tasks * 1000 if tasks else 0):>11.0f}")  # fmt: skip
     for problem in run.problems:
@@ -435,7 +436,13 @@ def cost(args: argparse.Namespace) -> int:
                 for name in variants:  # interleaved: drift on the shared machine hits each alike
                     variant, label = VARIANTS[name](), f"{name}-{i + 1}"
                     run = _fleet_ssh.rollout_cost(
-                        work, label, args.hosts[0], serial, variant.environment(work, label), variant.inventory_hosts
+                        work,
+                        label,
+                        args.hosts[0],
+                        serial,
+                        variant.environment(work, label),
+                        variant.inventory_hosts,
+                        args.deadline_s,
                     )
                     print_cost(run)
                     runs.append(run)
@@ -466,6 +473,7 @@ def main() -> int:
     parser.add_argument("--compare-locations", action="store_true", help="gates on the controller vs on the hosts")
     parser.add_argument("--cost", action="store_true", help="real SSH rollouts: controller cost per stage and host")
     parser.add_argument("--variants", default="today,mitogen", help=f"--cost: configurations, of {sorted(VARIANTS)}")
+    parser.add_argument("--deadline-s", type=float, default=0, help="--cost: stop a rollout after this long (0: never)")
     args = parser.parse_args()
     if args.cost:
         args.hosts = args.hosts or [50]
