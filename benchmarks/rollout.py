@@ -17,6 +17,17 @@ with the one sshd and the hosts' side) and the TEST ENGINE's, never a GPU fleet'
 
     .venv/bin/python benchmarks/rollout.py [--hosts 10 50 200] [--serial '[1, 5, "25%"]'] [--forks N]
 
+``--cost`` (issue 39) runs real rollouts (``deploy.yml``: preflight, canary, waves, summary) of
+``--hosts`` fresh SSH hosts (default 50) with the gates on the hosts (a light gate config on TEST
+ENGINE servers: the gate's own cost is the host's, not the controller's), in a cgroup of their own
+so every controller process counts, and prints per stage (the hosts' stage marks): wall time,
+controller CPU seconds per host, peak memory, task executions per host and CPU per task; then
+checks the 200-host projection's model against the measured run and states its error. With
+``--variants today,mitogen,poll,ara`` and ``--repeat N`` the configurations run interleaved and
+each one's CPU is printed as a ratio to ``today`` of the same round, with its spread. Every run
+is checked for what the rollout must do and record (all moved with a passing gate, records,
+reports, state, both Prometheus textfiles).
+
 ``--local`` rolls ``deploy.yml`` over 1, 3 and 6 local-connection hosts and prints wall time against
 host count and against serial batches (hosts in one batch deploy and gate in parallel).
 
@@ -33,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -51,6 +61,7 @@ from validate.metrics import Spread
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_PORT = 31500
+batch_sizes = _fleet_ssh.batch_sizes  # Ansible's serial arithmetic
 
 
 @dataclass
@@ -59,24 +70,6 @@ class RolloutRun:
     batches: int
     wall_s: float
     rc: int
-
-
-def batch_sizes(serial: list[int | str], hosts: int) -> list[int]:
-    """Ansible's serial semantics: each entry a size or a percentage of all hosts (at least
-    1), the last entry repeating until every host is placed."""
-    sizes: list[int] = []
-    left, i = hosts, 0
-    while left > 0:
-        entry = serial[min(i, len(serial) - 1)]
-        if isinstance(entry, str) and entry.endswith("%"):
-            size = max(1, math.floor(hosts * float(entry[:-1]) / 100))
-        else:
-            size = int(entry)
-        size = min(size, left)
-        sizes.append(size)
-        left -= size
-        i += 1
-    return sizes
 
 
 def write_inventory(directory: Path, hosts: int, serial: list[int | str], gate_location: str = "controller") -> Path:
@@ -95,6 +88,7 @@ def write_inventory(directory: Path, hosts: int, serial: list[int | str], gate_l
                             "sglang_server_state_dir": str(directory / "state" / name),
                             "sglang_gate_location": gate_location,
                             "sglang_gate_secret_dir": f"/dev/shm/rollout-bench-{name}",
+                            "sglang_metrics_textfile_dir": str(directory / "textfile" / name),
                         }
                         for i, name in enumerate(names)
                     }
@@ -258,6 +252,214 @@ def fleet(args: argparse.Namespace) -> int:
     return 0 if all(r.rc == 0 for r in runs) else 1
 
 
+@dataclass
+class Variant:
+    """A controller configuration under test: Ansible settings (environment, and ansible.cfg settings
+    that have no environment variable), and hosts it needs in the inventory."""
+
+    env: dict[str, str]
+    inventory_hosts: dict[str, dict[str, Any]] | None = None
+    cfg: dict[str, dict[str, str]] | None = None  # section -> key -> value, over the repository's ansible.cfg
+
+    def environment(self, work: Path, name: str) -> dict[str, str]:
+        if not self.cfg:
+            return self.env
+        return {**self.env, "ANSIBLE_CONFIG": str(ansible_cfg(work / f"{name}.cfg", self.cfg))}
+
+
+def ansible_cfg(path: Path, over: dict[str, dict[str, str]]) -> Path:
+    """The repository's ansible.cfg with ``over`` applied, its relative paths made absolute (they are
+    relative to the file, which moves)."""
+    import configparser
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ROOT / "ansible.cfg")
+    for key in ("inventory", "roles_path", "action_plugins", "callback_plugins", "filter_plugins"):
+        if cfg.has_option("defaults", key):
+            cfg.set("defaults", key, ":".join(str(ROOT / p) for p in cfg.get("defaults", key).split(":")))
+    for section, values in over.items():
+        if not cfg.has_section(section):
+            cfg.add_section(section)
+        for key, value in values.items():
+            cfg.set(section, key, value)
+    with path.open("w") as f:
+        cfg.write(f)
+    return path
+
+
+def today() -> Variant:
+    return Variant({})
+
+
+def poll() -> Variant:
+    """Ansible's main loop polls its workers every ``internal_poll_interval`` (default 0.001 s)."""
+    return Variant({}, cfg={"defaults": {"internal_poll_interval": "0.05"}})
+
+
+def mitogen() -> Variant:
+    """mitogen 0.3.54's linear strategy (the plays' strategy is linear). With ansible-core 2.21.5 it
+    escalates a task delegated to the implicit localhost with ``become: false`` through sudo when
+    the inventory sets ``ansible_become: true`` (plain Ansible does not): so localhost is declared
+    in the inventory with ``ansible_become: false``, which plain Ansible needs nowhere."""
+    import ansible_mitogen
+
+    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    local = {"ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable}
+    env = {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+    return Variant(env, {"localhost": local})
+
+
+def ara() -> Variant:
+    """Today's settings with ARA recording on (docs/monitoring.md), into a local sqlite database:
+    what recording every run costs the controller."""
+    base = tempfile.mkdtemp(prefix="rollout-bench-ara-")
+    return Variant({"ANSIBLE_CALLBACKS_ENABLED": "sglang_ara", "ARA_BASE_DIR": base})
+
+
+VARIANTS: dict[str, Any] = {"today": today, "mitogen": mitogen, "poll": poll, "ara": ara}
+
+
+RECORDED = ROOT / "benchmarks/results/rollout-fleet-2026-12-06-preflight.json"  # the 200-host projection's inputs
+
+
+@dataclass
+class ProjectionCheck:
+    """The 200-host projection's model against a measured rollout of fewer hosts (check_projection)."""
+
+    hosts: int
+    batch_sizes: list[int]
+    measured_s: float
+    projected_as_recorded_s: float  # the model with its recorded inputs
+    projected_with_canary_s: float  # the same, with this run's canary as one host's rollout
+    canary_s: float
+    recorded_per_extra_host_s: float
+    measured_per_extra_host_s: float  # this run: median over its batches of (batch - canary) / (size - 1)
+    refit_s: float  # the model refitted with this run's canary and slope, at this run's host count
+    refit_200_hosts_s: float
+    recorded_200_hosts_s: float
+
+    def error(self, projected: float) -> float:
+        return projected / self.measured_s - 1
+
+
+def check_projection(run: _fleet_ssh.StageRun, serial: list[int | str], recorded: dict[str, Any]) -> ProjectionCheck:
+    """The 200-host projection's model (``project``: preflight + per batch one host's rollout + each
+    more host's check-mode slope) applied to this run's host count, against this run's measured wall
+    time; then refitted with this run's own slope and projected to 200 hosts again."""
+    p = recorded["projection"]
+    sizes = batch_sizes(serial, run.hosts)
+    pre = statistics.median(r["wall_s"] for r in recorded["runs"] if r["stage"] == "preflight" and r["hosts"] == 50)
+    canary = run.batches[0]["wall_s"] if run.batches else 0.0
+    slopes = [(b["wall_s"] - canary) / (b["hosts"] - 1) for b in run.batches[1:] if b["hosts"] > 1]
+    slope = statistics.median(slopes) if slopes else 0.0
+
+    def model(preflight: float, one: float, per: float, sizes: list[int]) -> float:
+        return round(preflight + sum(one + (n - 1) * per for n in sizes), 1)
+
+    return ProjectionCheck(
+        hosts=run.hosts, batch_sizes=sizes, measured_s=run.wall_s,
+        projected_as_recorded_s=model(pre, p["one_host_rollout_s"], p["per_extra_host_s"], sizes),
+        projected_with_canary_s=model(pre, canary, p["per_extra_host_s"], sizes),
+        canary_s=canary, recorded_per_extra_host_s=p["per_extra_host_s"], measured_per_extra_host_s=round(slope, 2),
+        refit_s=model(pre, canary, slope, sizes),
+        refit_200_hosts_s=model(p["preflight_s"], canary, slope, batch_sizes(serial, 200)),
+        recorded_200_hosts_s=p["projected_s"],
+    )  # fmt: skip
+
+
+def print_projection(c: ProjectionCheck) -> None:
+    print(f"projection check, {c.hosts} hosts in batches {c.batch_sizes}: measured {c.measured_s:.0f} s")
+    print(
+        f"  the 200-host model as recorded (one host's rollout 52.9 s, +{c.recorded_per_extra_host_s:.2f} s per more "
+        f"host in a batch): {c.projected_as_recorded_s:.0f} s, error {c.error(c.projected_as_recorded_s):+.0%}"
+    )
+    print(
+        f"  the same model with this run's canary ({c.canary_s:.0f} s) as one host's rollout: "
+        f"{c.projected_with_canary_s:.0f} s, error {c.error(c.projected_with_canary_s):+.0%}"
+    )
+    print(
+        f"  measured per more host in a batch: {c.measured_per_extra_host_s:.2f} s; refitted: {c.refit_s:.0f} s "
+        f"here, 200 hosts {c.refit_200_hosts_s / 60:.1f} min (recorded: {c.recorded_200_hosts_s / 60:.1f} min)"
+    )
+
+
+def print_cost(run: _fleet_ssh.StageRun) -> None:
+    """One rollout's table: per stage wall time, controller CPU seconds per host, peak memory (a run
+    stopped at its deadline: per host that reached each stage, the figures so far)."""
+    print(f"{run.stage}: {run.hosts} hosts, wall {run.wall_s:.0f} s, controller CPU {run.cpu_s:.0f} s "
+          f"= {run.cpu_s / run.hosts:.2f} s per host, peak {run.peak_pss_mib:.0f} MiB, rc {run.rc}"
+          + ("" if run.cgroup else " (no cgroup: CPU of detached ssh masters not counted)"))  # fmt: skip
+    print(f"  {'stage':<26} {'wall s':>7} {'CPU s/host':>10} {'peak MiB':>8} {'tasks/host':>10} {'CPU ms/task':>11}")
+    for cost in run.stages.values():
+        per_host, tasks = cost["cpu_s"] / cost.get("hosts", run.hosts), cost.get("tasks_per_host", 0)
+        print(f"  {cost['stage']:<26} {cost['wall_s']:>7.1f} {per_host:>10.2f} {cost['peak_pss_kib'] / 1024:>8.0f} "
+              f"{tasks:>10.1f} {(per_host / tasks * 1000 if tasks else 0):>11.0f}")  # fmt: skip
+    for problem in run.problems:
+        print(f"  PROBLEM: {problem}")
+    if run.rc:
+        print(run.tail[-3000:], file=sys.stderr, flush=True)
+
+
+def compare(runs: list[_fleet_ssh.StageRun], variants: list[str]) -> dict[str, dict[str, Any]]:
+    """Controller CPU per host of each variant over the ``today`` run of the same round (runs are
+    interleaved, so each pair shared the machine's state), as ratios with their median and spread."""
+    out: dict[str, dict[str, Any]] = {}
+    by_name = {name: [r for r in runs if r.stage.rsplit("-", 1)[0] == name] for name in variants}
+    base = by_name.get("today", [])
+    for name in variants:
+        per_host = [r.cpu_s / r.hosts for r in by_name[name]]
+        pairs = zip(by_name[name], base, strict=False) if name != "today" else []
+        ratios = [r.cpu_s / b.cpu_s for r, b in pairs if b.cpu_s]
+        out[name] = {"cpu_s_per_host": [round(x, 2) for x in per_host], "ratios": [round(x, 3) for x in ratios]}
+        runs_text = ", ".join(f"{x:.2f}" for x in per_host)
+        line = f"{name:>10}: controller CPU per host {statistics.median(per_host):.2f} s (runs {runs_text})"
+        if ratios:
+            spread = Spread.of(ratios)
+            out[name]["ratio_median"], out[name]["ratio_spread"] = statistics.median(ratios), spread.spread
+            line += (f"; ratio to today {statistics.median(ratios):.2f} (runs {', '.join(f'{x:.2f}' for x in ratios)},"
+                     f" spread {(spread.spread or 0) * 100:.0f} %)")  # fmt: skip
+        print(line)
+    return out
+
+
+def cost(args: argparse.Namespace) -> int:
+    serial = _fleet_ssh.yaml_serial(args.serial)
+    variants = args.variants.split(",")
+    runs: list[_fleet_ssh.StageRun] = []
+    print(f"Real rollouts over SSH on this machine ({args.hosts[0]} loopback hosts of one sshd; TEST ENGINE servers, "
+          f"light gate on the hosts; not a GPU fleet); serial {json.dumps(serial)}")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-cost-") as tmp:
+        work = Path(tmp)
+        _fleet_ssh.start_sshd(work)
+        try:
+            for i in range(args.repeat):
+                for name in variants:  # interleaved: drift on the shared machine hits each alike
+                    variant, label = VARIANTS[name](), f"{name}-{i + 1}"
+                    run = _fleet_ssh.rollout_cost(
+                        work,
+                        label,
+                        args.hosts[0],
+                        serial,
+                        variant.environment(work, label),
+                        variant.inventory_hosts,
+                        args.deadline_s,
+                    )
+                    print_cost(run)
+                    runs.append(run)
+        finally:
+            _fleet_ssh.stop_sshd()
+    ratios = compare(runs, variants)
+    first = next((r for r in runs if r.stage.startswith("today") and r.rc == 0 and r.batches), None)
+    check = check_projection(first, serial, json.loads(RECORDED.read_text())) if first else None
+    if check:
+        print_projection(check)
+    if args.json:
+        rows = [{k: v for k, v in asdict(r).items() if k not in ("samples", "tail")} for r in runs]
+        result = {"runs": rows, "compare": ratios, "projection_check": asdict(check) if check else None}
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0 if all(r.rc == 0 and not r.problems for r in runs) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, nargs="+", help="host counts (default 10 50 200; --local: 1 3 6)")
@@ -269,7 +471,13 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--local", action="store_true", help="local-connection rollouts: wall time vs batches")
     parser.add_argument("--compare-locations", action="store_true", help="gates on the controller vs on the hosts")
+    parser.add_argument("--cost", action="store_true", help="real SSH rollouts: controller cost per stage and host")
+    parser.add_argument("--variants", default="today,mitogen", help=f"--cost: configurations, of {sorted(VARIANTS)}")
+    parser.add_argument("--deadline-s", type=float, default=0, help="--cost: stop a rollout after this long (0: never)")
     args = parser.parse_args()
+    if args.cost:
+        args.hosts = args.hosts or [50]
+        return cost(args)
     if not args.local and not args.compare_locations:
         args.hosts = args.hosts or [10, 50, 200]
         return fleet(args)

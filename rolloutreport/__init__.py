@@ -10,6 +10,7 @@ Every real record is also folded into the fleet state file (state.py), which the
 """
 
 from .history import prune_runs
+from .metrics import metrics_path, write_fleet_metrics
 from .records import (
     VARIABLES,
     HostRecord,
@@ -37,6 +38,7 @@ __all__ = [
     "lost",
     "mark_lost",
     "merge_record",
+    "metrics_path",
     "pending_hosts",
     "prune_runs",
     "read_record",
@@ -46,6 +48,7 @@ __all__ = [
     "stage_durations",
     "state_path",
     "summarize",
+    "write_fleet_metrics",
     "write_record",
     "write_summary",
 ]

@@ -46,6 +46,18 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# promtool, Prometheus' own metrics linter, for the tests of the textfile metrics: the one binary
+# from Debian's prometheus package (a 19 MB download, about 2 s), not the package itself (96 MB
+# installed, a Prometheus server and its service, web assets).
+if [ ! -x .venv/bin/promtool ]; then
+  log "installing promtool from Debian's prometheus package into .venv/bin"
+  deb_dir=$(mktemp -d)
+  (cd "$deb_dir" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; })
+  dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -xO ./usr/bin/promtool > .venv/bin/promtool.tmp
+  chmod 0755 .venv/bin/promtool.tmp && mv .venv/bin/promtool.tmp .venv/bin/promtool
+  rm -rf "$deb_dir"
+fi
+
 BASE=local/debian:bookworm
 bash scripts/debian-base.sh bookworm
 # The test engine "releases" the local inventory and molecule roll out (not SGLang: an

@@ -4,7 +4,7 @@
 They let CI prove the gate's log scan finds the real thing. The page_table text is
 the traceback SGLang releases before the attribute guard print when a DSA model with
 an FP8 KV cache reaches the MHA one-shot prefill path on the flashinfer backend
-(see FIELD-NOTES: ``_get_mla_kv_buffer_from_fp8_for_nsa`` in forward_mha.py). Every
+(docs/gate-sglang-facts.md: ``_get_mla_kv_buffer_from_fp8_for_nsa`` in forward_mha.py). Every
 text carries a line saying the test engine wrote it, so nobody mistakes a CI log for
 a production crash.
 """

@@ -8,7 +8,7 @@ request's answer is judged here, in every phase, and a degenerate answer is a fa
 request (reason ``degenerate``), counted like an abort.
 
 The rule, calibrated on what a real SGLang 0.5.17 server answered (a random-weight 0.9 B
-Llama on an H200, FIELD-NOTES and docs/real-sglang-h200.md: 54-63 distinct tokens of 64,
+Llama on an H200, docs/gate-sglang-facts.md: 54-63 distinct tokens of 64,
 no token more than 3 times in a row; the recorded transcripts in tests/fixtures): an
 answer of at least ``answers.min_tokens`` tokens is degenerate when
 

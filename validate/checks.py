@@ -124,7 +124,7 @@ def _gated_load_metrics(cfg: GateConfig) -> list[str]:
 
     Throughput floors and every load metric in ``baseline.metrics`` count. Latency ceilings
     do not: they are absolute limits far above a healthy median, and TTFT swings far more
-    than throughput from run to run on a real server (FIELD-NOTES), so checking its spread
+    than throughput from run to run on a real server (docs/measurement.md), so checking its spread
     would fail healthy hosts. Put a latency in ``baseline.metrics`` to have its spread checked.
     """
     tc = cfg.throughput

@@ -1,4 +1,4 @@
-"""Command line: ``python -m validate gate|finalize|wait ...``.
+"""Command line: ``python -m validate gate|finalize|wait|check-config|textfile ...``.
 
 ``gate`` measures and judges a server; ``finalize`` adds the server's log of the gate
 window to a finished report (the rollout fetches it from the host after the gate) and
@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import baseline as baseline_store
+from . import textfile
 from .client import API_KEY_ENV
 from .config import ConfigError, GateConfig, ReadinessConfig, load_config, parse_config
 from .files import LockTimeout
@@ -128,7 +129,7 @@ def _load_api_key(path: str | None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validate", description="Post-deploy gate for SGLang servers.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{gate,finalize,wait,check-config}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{gate,finalize,wait,check-config,textfile}")
     g = sub.add_parser("gate", help="measure the server and pass/fail it against gate.yml")
     g.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     g.add_argument("--config", required=True, help="gate config YAML (see validate/README.md)")
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--api-key-file", metavar="FILE", help="read the server's API key from this file (one line)")
     c = sub.add_parser("check-config", help="parse gate configs as the gate will (preflight: before any host changes)")
     c.add_argument("configs", nargs="+", metavar="FILE", help="gate config YAML or JSON files")
+    textfile.add_parser(sub)  # node_exporter metrics of a finished gate (validate/textfile.py)
     return p
 
 
@@ -354,9 +356,17 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return EXIT_PASS if asyncio.run(run()) else EXIT_FAIL
 
 
+def cmd_textfile(args: argparse.Namespace) -> int:
+    try:
+        return textfile.command(args, sys.stdin.read)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"textfile: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"gate": cmd_gate, "finalize": cmd_finalize, "wait": cmd_wait, "check-config": cmd_check_config}
+    commands = {"gate": cmd_gate, "finalize": cmd_finalize, "wait": cmd_wait, "check-config": cmd_check_config,
+                "textfile": cmd_textfile}  # fmt: skip
     try:
         _load_api_key(getattr(args, "api_key_file", None))
         return commands[args.command](args)

@@ -1,6 +1,6 @@
 """HTTP client of the gate: one shared aiohttp session, streamed requests, SSE parsing.
 
-Why it looks like this (FIELD-NOTES pitfalls): one session for the whole run (a new
+Why it looks like this (docs/measurement.md, the client section): one session for the whole run (a new
 session per request, as bench_serving does, costs a TCP connect per request at the
 burst start), ``read_bufsize`` raised to 10 MB like bench_serving (the 64 KB default
 stalls long streams), no total timeout on the session (each phase has its own

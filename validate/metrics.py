@@ -291,7 +291,7 @@ class Spread:
     def judged(self) -> float | None:
         """The spread the stability rule reads: the full range for up to 3 runs, the middle half's from 4.
 
-        On a real server one run in a handful is disturbed (FIELD-NOTES: back-to-back runs on one
+        On a real server one run in a handful is disturbed (docs/measurement.md: back-to-back runs on one
         idle server differ by 15-60 %); once the gate has run more repeats because the first
         disagreed, one outlier must not make the host "unstable", while a server whose runs
         really scatter still does (its middle half scatters too).

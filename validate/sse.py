@@ -2,7 +2,7 @@
 
 Why not a library: the SSE clients on PyPI (httpx-sse, aiohttp-sse-client) parse one
 line per ``await`` and build an event object per chunk; at burst concurrency that
-made the client, not the server, the bottleneck (FIELD-NOTES; benchmarks/
+made the client, not the server, the bottleneck (docs/measurement.md; benchmarks/
 client_overhead.py measures ours at 3-4x bench_serving). This decoder does only what
 the SSE spec says a data-only stream needs: events end at a blank line, lines end in
 LF, CRLF or CR, ``data:`` lines are joined with LF, comments (``:``) and other fields

@@ -8,8 +8,8 @@ them are large for reasons a one-GPU Llama run does not need, so they are slimme
   ``flashmla_ops`` go; ``sm90/common_ops`` stays (``--attention-backend triton`` on sm_90);
 - ``xgrammar``: its static library goes and the bindings lose their debug info (``strip``).
 
-Everything is pinned (the pins that matter are in ../shared/FIELD-NOTES.md: transformers
-5.12.1 with tokenizers 0.22.2, FastAPI below the releases that need OpenTelemetry), packed as
+Everything is pinned (the pins that matter, and why: docs/real-sglang-h200.md, "How to run it":
+transformers 5.12.1 with tokenizers 0.22.2, FastAPI below the releases that need OpenTelemetry), packed as
 stored wheels in one xz tar under ``.device/carry/`` (git-ignored), and named in the device
 call's ``carry``. ``benchmarks/gpu/real_sglang.sh`` unpacks and installs it there.
 

@@ -2,7 +2,8 @@
 
 Why: the roles render ``launch_server`` flags per SGLang version and the test engine
 must refuse what a release refuses. Guessing which flag or value a release accepts
-went wrong more than once (FIELD-NOTES), so the tables are read from each release's
+went wrong more than once (docs/blackwell-profiles.md, "Flag tables": renames and removals by
+release), so the tables are read from each release's
 own ``sglang/srt/server_args.py``, committed under ``sglangflags/tables/`` (the package every
 reader imports), and CI
 checks that this tool still reproduces them from the wheels.

@@ -25,6 +25,11 @@ options:
   finished: {description: the last summary of the run, type: bool, default: false}
   canaries: {description: the canary of each GPU profile (profile -> host), type: dict, default: {}}
   state_file: {description: the fleet state file (default DIR/../fleet-state.json), type: path}
+  metrics_file:
+    description: >-
+      node_exporter textfile of the fleet's state (default DIR/../metrics/sglang_rollout.prom; "" for none);
+      written with every summary of a real run (rolloutreport/metrics.py)
+    type: str
   keep_runs:
     description: >-
       at the run's last summary, keep this many newest run folders beside DIR (older ones are removed,
@@ -39,6 +44,7 @@ ARGUMENT_SPEC = {
     "finished": {"type": "bool", "default": False},
     "canaries": {"type": "dict", "default": {}},
     "state_file": {"type": "path"},
+    "metrics_file": {"type": "str"},
     "keep_runs": {"type": "int", "default": 0},
 }
 TEMPLATE = Path(__file__).resolve().parents[2] / "playbooks" / "templates" / "rollout-summary.md.j2"
@@ -66,6 +72,10 @@ class ActionModule(ActionBase):
             summary["history"] = {"keep_runs": args["keep_runs"], "removed": pruned, "check_mode": check_mode}
         markdown = render_markdown(self._loader, task_vars, summary)
         rolloutreport.write_summary(run_dir, summary, markdown)
+        metrics = rolloutreport.metrics_path(run_dir, args.get("metrics_file"))
+        if metrics is not None and not task_vars.get("ansible_check_mode", False):
+            state = rolloutreport.read_state(rolloutreport.state_path(run_dir, args.get("state_file")))
+            rolloutreport.write_fleet_metrics(metrics, summary, state)
         result.update(changed=False, summary=summary)
         return result
 

@@ -86,7 +86,12 @@ class CallbackModule(CallbackBase):
             rolloutreport.write_record(run_dir, lost)
             override = variables.get("sglang_rollout_state_file", "")
             rolloutreport.merge_record(rolloutreport.state_path(run_dir, templar.template(override)), lost)
-            self._rewrite_summary(run_dir, templar, variables)
+            summary = self._rewrite_summary(run_dir, templar, variables)
+            metrics_file = templar.template(variables.get("sglang_rollout_metrics_file"))
+            metrics = rolloutreport.metrics_path(run_dir, metrics_file)
+            if metrics is not None:  # the fleet's metrics say the host is lost too
+                state = rolloutreport.read_state(rolloutreport.state_path(run_dir, templar.template(override)))
+                rolloutreport.write_fleet_metrics(metrics, summary, state)
             self._display.error(
                 f"ROLLOUT STOPPED: {host} became unreachable during {record.get('stage') or '?'} ({task}). "
                 f"Its record and the summary: {run_dir}. The next run finishes {host} first "
@@ -94,7 +99,7 @@ class CallbackModule(CallbackBase):
                 wrap_text=False,
             )
 
-    def _rewrite_summary(self, run_dir: Path, templar: Templar, variables: dict[str, Any]) -> None:
+    def _rewrite_summary(self, run_dir: Path, templar: Templar, variables: dict[str, Any]) -> dict[str, Any]:
         records = rolloutreport.read_records(run_dir)
         inventory = self._play.get_variable_manager()._inventory
         # the whole run's hosts (--limit applies), not the batch Ansible had narrowed the inventory to
@@ -103,3 +108,4 @@ class CallbackModule(CallbackBase):
         templar.available_variables = {**variables, "sglang_summary": summary}
         template = Path(__file__).resolve().parents[2] / "playbooks" / "templates" / "rollout-summary.md.j2"
         rolloutreport.write_summary(run_dir, summary, str(templar.template(trust_as_template(template.read_text()))))
+        return summary

@@ -35,7 +35,7 @@ def test_batch_sizes_follow_ansibles_serial(serial, hosts, sizes):
     assert sum(sizes) == hosts
 
 
-def _run(stage: str, hosts: int, wall: float, **kw) -> fs.StageRun:
+def _run(stage: str, hosts: int, wall: float, **kw: object) -> fs.StageRun:
     return fs.StageRun(stage=stage, hosts=hosts, forks=50, rc=0, wall_s=wall, cpu_s=0.0, peak_pss_mib=0.0, **kw)
 
 
@@ -85,3 +85,49 @@ def test_the_fleet_inventory_is_production_shaped(tmp_path: Path):
     hosts = yaml.safe_load((shared / "hosts.yml").read_text())["all"]["children"]["sglang_servers"]["hosts"]
     # a fleet's hosts of one profile: only the address differs (preflight checks one settings set)
     assert hosts["bench-ssh-h003"] == {"ansible_host": "127.0.1.3"} and len(hosts) == 3
+
+
+def test_controller_samples_are_split_by_the_stages_hosts_are_in():
+    # two hosts: h1 in image 10-20 then gate 20-40, h2 in image 12-30; samples every 10 s, 1 CPU-s per s
+    windows = [("image", 10.0, 20.0), ("gate", 20.0, 40.0), ("image", 12.0, 30.0)]
+    samples = [(t, float(t), 1000 * t) for t in (0, 10, 20, 30, 40, 50)]
+    costs = fs.split_by_stage(samples, windows)
+    assert list(costs) == ["preflight", "image", "gate", "records, summary, locks"]
+    assert costs["preflight"].cpu_s == 10.0  # 0-10: before any mark
+    # 10-20 (mid 15): both hosts in image; 20-30 (mid 25): h1 gate, h2 image; 30-40: h1 gate
+    assert costs["image"].cpu_s == 10.0 + 5.0 and costs["gate"].cpu_s == 5.0 + 10.0
+    assert costs["records, summary, locks"].cpu_s == 10.0  # 40-50: after every stage
+    assert sum(c.wall_s for c in costs.values()) == 50.0  # the wall time is split, never counted twice
+    assert costs["gate"].peak_pss_kib == 40_000 and costs["preflight"].peak_pss_kib == 10_000
+
+
+def test_stage_windows_come_from_each_records_marks(tmp_path: Path):
+    d = tmp_path / "run-1" / "hosts"
+    d.mkdir(parents=True)
+    marks = [{"stage": "image", "at": 1}, {"stage": "gate", "at": 3}, {"stage": "done", "at": 7}]
+    (d / "h1.json").write_text(json.dumps({"host": "h1", "stages": marks}))
+    assert fs.stage_windows(tmp_path) == [("image", 1.0, 3.0), ("gate", 3.0, 7.0)]
+
+
+def test_task_counts_per_stage(tmp_path: Path):
+    lines = [{"host": "h1", "stage": "image", "task": "t", "status": "ok"}] * 3 + [
+        {"host": "h2", "stage": "gate", "task": "t", "status": "retry"}]  # fmt: skip
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert fs.task_counts(path) == {"image": 3, "gate": 1}
+
+
+def test_the_projection_check_applies_the_recorded_model_and_refits_it():
+    recorded = {
+        "projection": {"one_host_rollout_s": 50.0, "per_extra_host_s": 5.0, "preflight_s": 40.0, "projected_s": 1500.0},
+        "runs": [{"stage": "preflight", "hosts": 50, "wall_s": w} for w in (10.0, 12.0, 11.0)],
+    }  # fmt: skip
+    run = _run("today-1", 8, 200.0, batches=[{"hosts": 1, "wall_s": 40.0}, {"hosts": 5, "wall_s": 52.0},
+                                             {"hosts": 2, "wall_s": 44.0}])  # fmt: skip
+    c = rb.check_projection(run, [1, 5, "25%"], recorded)
+    assert c.batch_sizes == [1, 5, 2]  # 25 % of 8 hosts
+    assert c.projected_as_recorded_s == 11.0 + 50 + (50 + 4 * 5) + (50 + 5)  # preflight median of 50 hosts
+    assert c.projected_with_canary_s == 11.0 + 40 + (40 + 20) + (40 + 5)
+    assert c.measured_per_extra_host_s == 3.5  # median of (52 - 40) / 4 = 3 and (44 - 40) / 1 = 4
+    assert c.refit_200_hosts_s == 40.0 + sum(40 + (n - 1) * 3.5 for n in (1, 5, 50, 50, 50, 44))
+    assert round(c.error(c.projected_as_recorded_s), 3) == round(186 / 200 - 1, 3)

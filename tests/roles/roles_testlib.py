@@ -51,12 +51,13 @@ def ansible_env() -> dict[str, str]:
     return env
 
 
-def ansible_playbook(*args: str, timeout: int = 600) -> Run:
-    """Run .venv's ansible-playbook from the repository root (so ansible.cfg applies)."""
+def ansible_playbook(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> Run:
+    """Run .venv's ansible-playbook from the repository root (so ansible.cfg applies); ``env`` adds to
+    its environment (e.g. ARA recording on)."""
     proc = subprocess.run(
         [str(BIN / "ansible-playbook"), *args],
         cwd=REPO,
-        env=ansible_env(),
+        env={**ansible_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

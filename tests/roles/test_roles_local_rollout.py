@@ -69,11 +69,29 @@ class Env:
     base_vars: dict[str, Any] = field(default_factory=dict)
     step: int = 0
 
-    def deploy(self, *args: str, **over: Any) -> Run:
+    def deploy(self, *args: str, ara: bool = False, **over: Any) -> Run:
+        """deploy.yml with this test's variables; ``ara``: with ARA recording on (into tmp/ara)."""
         self.step += 1
         var_file = self.tmp / f"vars-{self.step}.json"
         var_file.write_text(json.dumps({**self.base_vars, "sglang_run_id": f"step{self.step}", **over}))
-        return ansible_playbook("deploy.yml", "-e", f"@{var_file}", *args)
+        env = {"ANSIBLE_CALLBACKS_ENABLED": "sglang_ara", "ARA_BASE_DIR": str(self.tmp / "ara")} if ara else None
+        return ansible_playbook("deploy.yml", "-e", f"@{var_file}", *args, env=env)
+
+    def gate_metrics(self) -> str:
+        """The gate's node_exporter textfile on the host (this machine)."""
+        return (self.tmp / "textfile" / f"sglang_gate_{self.name}.prom").read_text()
+
+    def fleet_metrics(self) -> str:
+        """The rollout's node_exporter textfile on the controller."""
+        return (self.tmp / "reports" / "metrics" / "sglang_rollout.prom").read_text()
+
+    def ara(self, *args: str) -> Any:
+        """``ara ... -f json`` on this test's ARA database (what an operator reads back)."""
+        out = subprocess.run(
+            [str(Path(sys.executable).parent / "ara"), *args, "-f", "json"],
+            env={**os.environ, "ARA_BASE_DIR": str(self.tmp / "ara")}, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return json.loads(out.stdout)
 
     def container(self) -> dict[str, Any] | None:
         return docker_json("container", "inspect", self.name)
@@ -149,6 +167,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         ],
         "flashinfer_cache_volume_prefix": e.prefix,
         "sglang_reports_dir": str(tmp / "reports"),
+        "sglang_metrics_textfile_dir": str(tmp / "textfile"),
     }
     try:
         yield e
@@ -185,7 +204,7 @@ def test_stage_tags_narrow_the_run(env: Env) -> None:
     subprocess.run(["docker", "rmi", env.tag], check=True, capture_output=True)  # the next test loads it again
 
 
-def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env) -> None:
+def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env, promtool, prom_samples) -> None:
     run = env.deploy("-vvv")  # verbose on purpose: the API key must not show even there
     assert run.rc == 0, run.out[-6000:]
     assert _image_id(env.tag) == _image_id(RELEASE_A)
@@ -213,6 +232,20 @@ def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env) -> None:
         assert not path.is_file() or env.key not in path.read_text(errors="replace"), path
     for path in (env.tmp / "state").rglob("*"):
         assert not path.is_file() or env.key not in path.read_text(errors="replace"), path
+    # what Prometheus reads: the gate's textfile on the host, the fleet's on the controller
+    text = env.gate_metrics()
+    assert promtool(text).returncode == 0, promtool(text).stdout
+    got = prom_samples(text)
+    labels = frozenset({"image": env.tag, "model": "glm-5", "profile": "local", "engine": "test-engine"}.items())
+    assert got[("sglang_gate_passed", labels)] == 1 and got[("sglang_gate_failed_checks", labels)] == 0
+    want = report["key_metrics"]["total_token_throughput"]
+    assert got[("sglang_gate_total_token_throughput_tokens_per_second", labels)] == pytest.approx(want)
+    assert got[("sglang_gate_p99_ttft_seconds", labels)] == pytest.approx(report["key_metrics"]["p99_ttft_ms"] / 1000)
+    assert got[("sglang_gate_duration_seconds", labels)] == report["duration_s"]
+    fleet = prom_samples(env.fleet_metrics())
+    assert fleet[("sglang_rollout_last_run_hosts", frozenset({("result", "moved")}))] == 1
+    assert fleet[("sglang_rollout_last_run_outcome", frozenset({("outcome", "succeeded")}))] == 1
+    assert fleet[("sglang_rollout_last_run_info", frozenset({("run_id", f"step{env.step}"), ("image", env.tag)}))] == 1
 
 
 def test_the_api_key_reaches_the_server_from_a_root_only_file_and_nowhere_else(env: Env) -> None:
@@ -278,9 +311,10 @@ def test_bad_value_stops_in_preflight_with_nothing_changed(env: Env, over: dict,
     assert after["Id"] == before["Id"] and after["State"]["StartedAt"] == before["State"]["StartedAt"]
 
 
-def test_gate_failure_rolls_back_and_keeps_the_caches(env: Env) -> None:
+def test_gate_failure_rolls_back_and_keeps_the_caches(env: Env, prom_samples) -> None:
     good_volume = env.volumes()
     run = env.deploy(
+        ara=True,
         sglang_image=RELEASE_B,
         sglang_image_source="local",
         sglang_test_engine_env={"TEST_ENGINE_FAULT": "crash_above:8", "TEST_ENGINE_COLD_START_S": "1"},
@@ -303,6 +337,25 @@ def test_gate_failure_rolls_back_and_keeps_the_caches(env: Env) -> None:
     # drained before the replacement; back in rotation once the last good config answered /health
     assert _hooks(env)[-2:] == ["drain localhost", "undrain localhost"]
     assert not (env.tmp / "state" / f"{env.name}.drained.json").exists()
+    # Prometheus sees the failed gate (its checks) on the host, and the rollback on the controller
+    got = prom_samples(env.gate_metrics())
+    labels = {"image": RELEASE_B, "model": "glm-5", "profile": "local", "engine": "test-engine"}
+    assert got[("sglang_gate_passed", frozenset(labels.items()))] == 0
+    failed = {dict(k[1])["check"] for k, v in got.items() if k[0] == "sglang_gate_check_passed" and v == 0}
+    assert failed == set(host["failed_checks"]) and failed, (failed, host["failed_checks"])
+    fleet = prom_samples(env.fleet_metrics())
+    assert fleet[("sglang_rollout_last_run_hosts", frozenset({("result", "rolled_back")}))] == 1
+    assert fleet[("sglang_rollout_last_run_outcome", frozenset({("outcome", "failed")}))] == 1
+    # ARA (on for this run only: recording costs seconds per task result) has the run, every result
+    # posted (none refused), and the host's verdict as a record
+    assert "ERROR ara" not in run.out and "Failed to post" not in run.out, run.out[-3000:]
+    playbooks = env.ara("playbook", "list")
+    assert [(p["status"], p["path"].endswith("deploy.yml")) for p in playbooks] == [("failed", True)]
+    records = env.ara("record", "list", "--playbook", str(playbooks[0]["id"]))
+    record = env.ara("record", "show", str(records[0]["id"]))
+    assert len(records) == 1 and record["key"] == "gate localhost", records
+    assert record["value"]["verdict"] == "fail" and record["value"]["rolled_back"] is True, record
+    assert record["value"]["failed_checks"] == host["failed_checks"] and record["value"]["image"] == RELEASE_B
 
 
 def test_server_that_never_gets_ready_is_rolled_back(env: Env) -> None:

@@ -37,6 +37,11 @@ def spec_problems(role_dir: Path) -> list[str]:
             problems.append(f"{role_dir.name}:{entry}: {name} is in the spec but not in defaults/")
         for name in sorted(set(options) & set(defaults)):
             value, declared = defaults[name], options[name].get("type", "str")
+            # the spec's default is what the README's table shows (scripts/role_docs.py): the same value
+            in_spec = options[name].get("default", "(none)")
+            if not options[name].get("required") and in_spec != value:
+                where = f"{role_dir.name}:{entry}: {name}"
+                problems.append(f"{where} spec default {in_spec!r} is not defaults/main.yml's {value!r}")
             templated = isinstance(value, str) and "{{" in value
             if value is None or templated:
                 continue
@@ -85,11 +90,13 @@ def test_checker_catches_drift(tmp_path: Path) -> None:
     role = tmp_path / "drift"
     (role / "defaults").mkdir(parents=True)
     (role / "meta").mkdir()
-    (role / "defaults" / "main.yml").write_text("---\n# doc\ndrift_a: 1\ndrift_b: true\n")
+    (role / "defaults" / "main.yml").write_text("---\n# doc\ndrift_a: 1\ndrift_b: true\ndrift_d: x\n")
     (role / "meta" / "argument_specs.yml").write_text(
-        "argument_specs:\n  main:\n    options:\n      drift_a: {type: bool}\n      drift_c: {type: str}\n"
+        "argument_specs:\n  main:\n    options:\n      drift_a: {type: bool, default: 1}\n      drift_c: {type: str}\n"
+        "      drift_d: {type: str, default: y}\n"
     )
     problems = spec_problems(role)
+    assert any("drift_d spec default 'y' is not defaults/main.yml's 'x'" in p for p in problems)
     assert any("drift_b is in defaults/ but not in the spec" in p for p in problems)
     assert any("drift_c is in the spec but not in defaults/" in p for p in problems)
     assert any("drift_a default 1 does not fit type bool" in p for p in problems)

@@ -93,6 +93,7 @@ def test_a_check_run_prunes_no_report_history_and_says_what_a_real_run_would(tmp
     real = _play(tmp_path, task)
     assert real.returncode == 0, real.stdout + real.stderr
     left = sorted(p.name for p in reports.iterdir())
-    assert left == ["20261203T0000Z", current.name, "fleet-state.json", "fleet-state.json.lock"]
+    # the real run also wrote the fleet's Prometheus textfile (the --check run above wrote none)
+    assert left == ["20261203T0000Z", current.name, "fleet-state.json", "fleet-state.json.lock", "metrics"]
     md = (current / "rollout-summary.md").read_text()
     assert "removed 2 older run folders: 20261201T0000Z, 20261202T0000Z." in md
