@@ -86,6 +86,14 @@ class Specs:
         return values, errors
 
 
+def role_options(specs_file: Path, entry: str = "main") -> dict[str, dict[str, Any]]:
+    """An entry point's options, without the defaults a role templates: a spec states them for the docs
+    (the README tables), and only the role can resolve them; Ansible's validator would read
+    ``"{{ sglang_gpu_count | default(8) }}"`` as a value."""
+    options = _load(specs_file)["argument_specs"][entry].get("options") or {}
+    return {name: {k: v for k, v in o.items() if not (k == "default" and _templated(v))} for name, o in options.items()}
+
+
 @functools.lru_cache(maxsize=8)
 def load(roles_dir: Path, variables: Path = VARIABLES) -> Specs:
     """The specs of the roles under ``roles_dir`` and of the rollout's own variables."""
@@ -99,6 +107,6 @@ def load(roles_dir: Path, variables: Path = VARIABLES) -> Specs:
         defaults.update({k: v for k, v in role_defaults.items() if not _templated(v)})
         specs = role / "meta" / "argument_specs.yml"
         if specs.is_file():
-            options.update(_load(specs)["argument_specs"]["main"].get("options") or {})
+            options.update(role_options(specs))
     settings = frozenset(ours.get("settings", {}))
     return Specs(options, defaults, frozenset(role_variables), settings, frozenset(ours["run_state"]))

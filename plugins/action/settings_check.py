@@ -14,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 import preflight.role_rules  # the bundle's package: run ansible-playbook from its virtualenv
+import preflight.specs
 
 DOCUMENTATION = """
 module: settings_check
@@ -52,7 +52,7 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
         role = args["role"]
         specs = Path(task_vars["role_path"]) / "meta" / "argument_specs.yml"
-        spec = yaml.safe_load(specs.read_text(encoding="utf-8"))["argument_specs"]["validate"]["options"]
+        spec = preflight.specs.role_options(specs, "validate")
         given = self._templar.template({name: task_vars[name] for name in spec if name in task_vars})
         checked = ArgumentSpecValidator(spec).validate(given)
         errors = list(checked.error_messages)

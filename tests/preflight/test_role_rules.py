@@ -8,16 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from preflight import role_rules
+from preflight.specs import role_options
 
 REPO = Path(__file__).resolve().parents[2]
-SPECS = {
-    role: yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]["validate"]["options"]
-    for role in role_rules.ROLES
-}  # fmt: skip
+SPECS = {role: role_options(REPO / "roles" / role / "meta/argument_specs.yml", "validate") for role in role_rules.ROLES}
 # The roles' defaults as Ansible templates them for a host of inventory/example's rtx_pro_6000 profile
 DEFAULTS = {
     "gpu_host": {"gpu_host_prepare": True, "gpu_host_expected_gpu_count": 8, "gpu_host_expected_gpu_arch": "120"},
@@ -120,9 +117,15 @@ def test_the_server_rules_include_the_command_lines_against_the_images_release()
     assert _check("sglang_server", {"settings": {**FLAGS, "tp_size": 3}}) == [
         "sglang_server_tp_size=3 must divide sglang_gpu_count=8; allowed values: 1, 2, 4, 8"
     ]
-    refused = _check("sglang_server", {"settings": {**FLAGS, "attention_backend": "cutlass_mla"}, "sglang_version": "0.5.23"})
-    assert len(refused) == 1 and refused[0].startswith("sglang_server_attention_backend=cutlass_mla is refused by SGLang 0.5.23 --attention-backend (allowed:")
-    assert _check("sglang_server", {"settings": {**FLAGS, "attention_backend": "cutlass_mla"}, "sglang_version": ""}) == []
+    refused = _check(
+        "sglang_server", {"settings": {**FLAGS, "attention_backend": "cutlass_mla"}, "sglang_version": "0.5.23"}
+    )
+    assert len(refused) == 1 and refused[0].startswith(
+        "sglang_server_attention_backend=cutlass_mla is refused by SGLang 0.5.23 --attention-backend (allowed:"
+    )
+    assert (
+        _check("sglang_server", {"settings": {**FLAGS, "attention_backend": "cutlass_mla"}, "sglang_version": ""}) == []
+    )
 
 
 @pytest.mark.parametrize(

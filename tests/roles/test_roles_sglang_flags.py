@@ -13,6 +13,7 @@ from roles_testlib import ROLES
 
 import sglangargv
 import sglangflags
+from preflight.specs import role_options
 
 
 def render(*args: Any) -> dict[str, Any]:
@@ -199,8 +200,7 @@ def test_bad_settings_name_the_variable(over: dict, gpus: int, needle: str) -> N
     assert any(needle in e for e in errors), errors
 
 
-SPEC = yaml.safe_load((ROLES / "sglang_server/meta/argument_specs.yml").read_text())["argument_specs"]["validate"]
-SPEC = SPEC["options"]
+SPEC = role_options(ROLES / "sglang_server/meta/argument_specs.yml", "validate")
 
 
 @pytest.mark.parametrize(
@@ -253,7 +253,6 @@ def test_env_values_become_strings() -> None:
 
 def _example_settings(profile: str = "rtx_pro_6000") -> tuple[dict[str, Any], int, str]:
     """inventory/example's server settings (all + one GPU profile), keyed like the role's vars."""
-    import yaml
     from roles_testlib import REPO
 
     merged: dict[str, Any] = {}
