@@ -695,8 +695,8 @@ CALIBRATION_PROMPTS = [
 
 def calibrate_answers(dest: Path) -> dict[str, Any]:
     """What the model honestly answers to plain prompts (greedy and sampled): distinct tokens and
-    the longest back-to-back repeat, and the gate's own answer rule on each (validate/answers.py)."""
-    from validate.answers import AnswerRule, degenerate, longest_run
+    the longest back-to-back repeat, and the gate's own answer rule on each (validate/checks.py)."""
+    from validate.checks import AnswerRule, degenerate, longest_run
 
     rule = AnswerRule()
     rows = []

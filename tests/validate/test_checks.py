@@ -564,8 +564,8 @@ def test_the_stability_checks_whole():
 
 
 def test_the_reference_and_log_checks_whole():
-    from validate.answers import ReferenceResult
     from validate.logscan import LogScanResult
+    from validate.phases import ReferenceResult
 
     cfg = parse_config({})
     assert judge.reference(ReferenceResult("error", error="HTTP 500: boom"), cfg) == judge.Check(
