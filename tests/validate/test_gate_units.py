@@ -649,3 +649,69 @@ def test_a_docker_log_entry_is_fetched_next_to_the_report_since_the_gate_start(t
     assert words[:2] == ["logs", "--since"] and words[3] == "srv"
     assert words[2].startswith(report["started_at"][:19])  # the gate's own start, to the second and finer
     assert "logs.crash_signatures" in report["failed_checks"]
+
+
+def test_each_part_of_the_reference_says_why_it_cannot_be_compared(tmp_path):
+    cfg = _cfg()
+    path = tmp_path / "b.json"
+    assert _group(path).part("sglang", "accuracy", "accuracy", {"seed": 1}) == (None, "", "")  # first gate
+    _write_reference(path, cfg, key_metrics(TP, SS))
+    g = _group(path)
+    assert g.part("sglang", "accuracy", "accuracy", {"seed": 1}) == (
+        None,
+        "2026-12-03T10:00:00+00:00",
+        "the group's reference (from 2026-12-03T10:00:00+00:00) has no accuracy (an older gate wrote it)",
+    )
+    assert g.part("test-engine", "answers", "reference answers", {})[2] == (
+        "the reference was measured on engine 'sglang', this server is 'test-engine'"
+    )
+    doc = json.loads(path.read_text())
+    answers = {"max_new_tokens": 32, "answers": [{"prompt": "p"}]}
+    doc["reference"]["answers"] = answers
+    doc["reference"]["accuracy"] = {"settings": {"seed": 1, "questions": 20}, "correct": 20, "questions": 20}
+    path.write_text(json.dumps(doc))
+    g = _group(path)
+    assert g.part("sglang", "accuracy", "accuracy", {"seed": 1, "questions": 20}) == (
+        doc["reference"]["accuracy"],
+        "2026-12-03T10:00:00+00:00",
+        "",
+    )
+    assert g.part("sglang", "accuracy", "accuracy", {"seed": 2, "questions": 20})[2] == (
+        "accuracy settings changed since the reference (from 2026-12-03T10:00:00+00:00): seed: 1 -> 2"
+    )
+    now = store.answer_settings(answers)
+    assert g.part("sglang", "answers", "reference answers", now)[0] == answers
+    assert g.part("sglang", "answers", "reference answers", {**now, "max_new_tokens": 8})[2].endswith(
+        "max_new_tokens: 32 -> 8"
+    )
+    path.write_text("{broken")
+    stored, when, why = _group(path).part("sglang", "accuracy", "accuracy", {})
+    assert (stored, when) == (None, "") and why.startswith(f"the group's reference cannot be read: {path}: ")
+
+
+def test_the_baseline_lock_is_waited_for_no_longer_than_the_deadline_leaves(tmp_path, capsys):
+    import argparse
+
+    from validate import cli
+    from validate.files import locked
+
+    path = tmp_path / "b.json"
+    args = argparse.Namespace(update_baseline=True, promote_baseline=False, baseline=str(path))
+    report = {"verdict": "pass", "engine": "sglang", "config": {}, "key_metrics": {}, "baseline": {}}
+    cli._record_baseline(args, report, 0.0)
+    assert report["baseline"] == {
+        "updated": False,
+        "update_note": "baseline not written: no time left before the gate's deadline_s to wait for the "
+        "baseline's lock",
+    }
+    with locked(path):  # another gate of the wave holds it
+        t0 = time.monotonic()
+        cli._record_baseline(args, report, 0.5)
+        assert time.monotonic() - t0 < 3
+    assert (
+        report["baseline"]["update_note"]
+        == f"baseline not written: {path}.lock is held by another process (waited 0.5s)"
+    )
+    cli._record_baseline(args, report, 1000.0)
+    assert report["baseline"]["updated"] is True and path.exists()
+    assert capsys.readouterr().out.count("[gate] baseline not written") == 2
