@@ -685,8 +685,8 @@ class Measurer:
 
         async def ask(a: AccuracyAnswer, prompt: str) -> None:
             try:
-                async with gate:
-                    data = await self._generate({"text": prompt, "sampling_params": params}, ac.timeout_s)
+                async with gate:  # the phase's deadline (below) ends a request before its own timeout would
+                    data = await self._generate({"text": prompt, "sampling_params": params}, ac.timeout_s + 1)
             except GenerateError as exc:
                 a.failure, a.error = exc.failure, str(exc)
                 return
