@@ -15,6 +15,8 @@ import time
 import pytest
 from _gate_helpers import ONLY_READINESS, REPO, check, load_report, merge, run_gate, write_config
 
+NO_ANSWERS = {"answers": {"reference": {"enabled": False}}, "accuracy": {"enabled": False}}
+
 
 def _gate(capsys, engine, cfg, report, *extra):
     code, out, err = run_gate(
@@ -366,7 +368,9 @@ def test_a_dip_is_measured_again_and_passes_while_a_lasting_regression_is_confir
 
 def test_baseline_from_another_engine_fails_the_comparison_until_promoted(engine_factory, tmp_path, capsys):
     eng = engine_factory()
-    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 8}}))
+    # the speed figures' comparison alone (the answers' and the accuracy's are tested in test_gate_trust.py)
+    over = {"throughput": {"enabled": True, "num_prompts": 8}, **NO_ANSWERS}
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, over))
     baseline = tmp_path / "baseline.json"
     baseline.write_text(
         json.dumps(
@@ -397,7 +401,8 @@ def test_baseline_from_another_engine_fails_the_comparison_until_promoted(engine
 
 def test_baseline_of_another_workload_fails_the_comparison(engine_factory, tmp_path, capsys):
     eng = engine_factory()
-    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 8}}))
+    over = {"throughput": {"enabled": True, "num_prompts": 8}, **NO_ANSWERS}
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, over))
     baseline = tmp_path / "baseline.json"
     code, _, _ = _gate(capsys, eng, cfg, tmp_path / "r1", "--baseline", str(baseline), "--update-baseline")
     assert code == 0

@@ -36,6 +36,8 @@ SMALL = {
     "accuracy": {"enabled": False},  # on where a test is about it (ACCURACY): the faults here strike the load
 }
 ACCURACY = {"accuracy": {"enabled": True, "questions": 8, "concurrency": 8, "timeout_s": 10}}
+# only the answers decide (and the gate takes a few seconds): the load phases off
+ANSWERS_ONLY = merge(ACCURACY, {"throughput": {"enabled": False}, "single_stream": {"enabled": False}})
 
 
 def _gate(url, tmp_path, cfg=None, **opts):
@@ -368,11 +370,11 @@ def test_fluent_wrong_answers_fail_the_first_host_of_a_group(engine_factory, tmp
 def test_changed_settings_fail_the_comparison_until_promoted_on_purpose(engine_factory, tmp_path, capsys):
     eng = engine_factory(*FAST)
     base = tmp_path / "baseline.json"
-    code, _ = _cli(capsys, eng, tmp_path, "r0", ACCURACY, "--baseline", str(base), "--update-baseline")
+    code, _ = _cli(capsys, eng, tmp_path, "r0", ANSWERS_ONLY, "--baseline", str(base), "--update-baseline")
     assert code == 0
-    same = _cli(capsys, eng, tmp_path, "r1", ACCURACY, "--baseline", str(base))[1]
+    same = _cli(capsys, eng, tmp_path, "r1", ANSWERS_ONLY, "--baseline", str(base))[1]
     assert same["verdict"] == "pass" and _check(same, "accuracy.reference")["measured"] == 0.0
-    changed = merge(ACCURACY, {"accuracy": {"seed": 2}, "answers": {"reference": {"max_new_tokens": 16}}})
+    changed = merge(ANSWERS_ONLY, {"accuracy": {"seed": 2}, "answers": {"reference": {"max_new_tokens": 16}}})
     code, rep = _cli(capsys, eng, tmp_path, "r2", changed, "--baseline", str(base), "--update-baseline")
     assert code == 1 and rep["failed_checks"] == ["answers.reference", "accuracy.reference"]
     when = rep["phases"]["accuracy"]["reference_from"]
@@ -400,7 +402,7 @@ def test_a_finalize_that_promotes_accepts_what_the_gate_could_not_compare(engine
     eng = engine_factory(*FAST)
     base = tmp_path / "baseline.json"
     base.write_text("{broken")
-    code, rep = _cli(capsys, eng, tmp_path, "g", ACCURACY, "--baseline", str(base))
+    code, rep = _cli(capsys, eng, tmp_path, "g", ANSWERS_ONLY, "--baseline", str(base))
     assert code == 1 and rep["failed_checks"] == ["answers.reference", "accuracy.reference", "baseline.reference"]
     assert "the group's reference cannot be read: " in _check(rep, "baseline.reference")["message"]
     window = tmp_path / "window.log"
