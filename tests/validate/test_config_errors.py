@@ -448,3 +448,17 @@ def test_check_config_parses_each_file_and_names_the_refused_one(tmp_path) -> No
     assert f"{bad}: gate config: throughput.num_prompts: must be a whole number > 0" in proc.stderr
     ok = subprocess.run([sys.executable, "-m", "validate", "check-config", str(good)], capture_output=True, check=False)
     assert ok.returncode == 0
+
+
+def test_a_document_that_is_no_config_says_so_with_its_source():
+    from validate.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config(None)
+    assert str(exc.value) == "gate config: the file is empty (start from validate/configs/reference.yml)"
+    with pytest.raises(ConfigError) as exc:
+        parse_config(["a"])
+    assert str(exc.value) == "gate config: the top level must be a mapping of sections"
+    with pytest.raises(ConfigError) as exc:
+        parse_config([], "x.json: config")
+    assert str(exc.value) == "x.json: config: the top level must be a mapping of sections"

@@ -428,3 +428,25 @@ def test_an_engine_error_in_text_or_undecodable_bytes_is_still_named(monkeypatch
     with pytest.raises(userregex.UserRegexError) as exc:
         userregex.compile_user_regex("x")
     assert str(exc.value).endswith("look-around): bad \ufffd byte")
+
+
+def test_the_scan_reports_offsets_and_starts_each_side_of_the_gates_start(tmp_path):
+    from validate.logscan import scan_logs
+
+    log = tmp_path / "server.log"
+    log.write_text("INFO:     Started server process [1]\nINFO:     Started server process [2]\n")
+    half = len("INFO:     Started server process [1]\n")
+    d = scan_logs([str(log)], None, 0, {str(log): half}).to_dict()
+    assert d == {
+        "files": [str(log)],
+        "lines_scanned": 2,
+        "counts": {},
+        "first_match": None,
+        "matches": [],
+        "errors": [],
+        "offsets": {str(log): half},
+        "starts_before": {str(log): 1},
+        "starts_during": {str(log): 1},
+        "restarts": [f"{log}: 1 start banner(s) ('Started server process [') after the gate began"],
+        "earlier_starts": [],
+    }
