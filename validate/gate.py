@@ -117,7 +117,11 @@ class GroupReference:
         stored = getattr(ref, name)
         when = ref.started_at or "an unknown time"
         if stored is None:
-            return None, ref.started_at, f"the group's reference (from {when}) has no {label} (an older gate wrote it)"
+            return (
+                None,
+                ref.started_at,
+                f"the group's reference (from {when}) has no {label} (written by an older gate, or with it off)",
+            )
         then = baseline_store.answer_settings(stored) if name == "answers" else stored.get("settings") or {}
         changed = baseline_store.changes(then, settings_now)
         if changed:

@@ -660,7 +660,8 @@ def test_each_part_of_the_reference_says_why_it_cannot_be_compared(tmp_path):
     assert g.part("sglang", "accuracy", "accuracy", {"seed": 1}) == (
         None,
         "2026-12-03T10:00:00+00:00",
-        "the group's reference (from 2026-12-03T10:00:00+00:00) has no accuracy (an older gate wrote it)",
+        "the group's reference (from 2026-12-03T10:00:00+00:00) has no accuracy "
+        "(written by an older gate, or with it off)",
     )
     assert g.part("test-engine", "answers", "reference answers", {})[2] == (
         "the reference was measured on engine 'sglang', this server is 'test-engine'"
