@@ -94,6 +94,8 @@ class HostRecord:
     failure: str = ""
     failed_task: str = ""
     report_dir: str = ""
+    # the gate group whose reference this host's gate wrote (its first passing gate, or a promotion)
+    baseline_written: str = ""
     cache: CacheRecord = field(default_factory=CacheRecord)
     # when the host entered each stage of this run ({"stage", "at": epoch seconds}; "done" at its
     # final record): how long each stage took on each host (benchmarks/rollout.py reads them)
@@ -149,6 +151,7 @@ def _base(host: str, run_id: str, check_mode: bool, hv: HostVars, outcome: str) 
         gate_location=_s(gate.get("location")),
         failed_checks=[str(c) for c in gate.get("failed_checks") or []],
         report_dir=_s(gate.get("report_dir")),
+        baseline_written=_s(gate.get("baseline_written")),
         put_back=_s(hv.get("sglang_server_put_back")),
         in_rotation=_rotation(hv.get("sglang_server_in_rotation")),
         drained_why=_s(hv.get("sglang_server_drained_why")) if hv.get("sglang_server_in_rotation") is False else "",

@@ -48,6 +48,8 @@ def summarize(
         # profile -> its canary, for each canary that failed: no wave started after it
         "failed_canaries": {g: h for g, h in canaries.items() if h in failed},
         "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
+        # the gate groups whose reference this run wrote (a group's first passing gate, or a promotion)
+        "baselines_written": sorted({r["baseline_written"] for r in records if r.get("baseline_written")}),
     }
 
 

@@ -93,6 +93,7 @@ FAULT_NAMES = (
     "slow_health",
     "stall_after",
     "slow_first",
+    "shifted_digits",
 )
 LOG_SIGNATURE_NAMES = ("cuda", "nccl", "oom", "nan", "page_table")
 
@@ -115,6 +116,7 @@ class Faults:
     slow_health_s: float | None = None
     stall_after: int | None = None
     slow_first: int | None = None  # decode 3x slower until more than N generation requests came: a dip that passes
+    shifted_digits: bool = False  # every generated digit one up (9 -> 0): fluent, well-formed, wrong answers
 
     def describe(self) -> list[str]:
         """Human list of active faults, reported in /get_server_info."""
@@ -129,6 +131,7 @@ class Faults:
                 (self.slow_health_s is not None, f"slow_health:{self.slow_health_s:g}" if self.slow_health_s else ""),
                 (self.stall_after is not None, f"stall_after:{self.stall_after}"),
                 (self.slow_first is not None, f"slow_first:{self.slow_first}"),
+                (self.shifted_digits, "shifted_digits"),
             )
             if on
         ]
@@ -205,7 +208,7 @@ def parse_faults(spec: str) -> Faults:
                 values["error_rate"] = float(arg)
                 if not 0.0 <= values["error_rate"] <= 1.0:
                     raise ValueError
-            elif name in ("degenerate", "sampled_error"):
+            elif name in ("degenerate", "sampled_error", "shifted_digits"):
                 values[name] = True
             elif name == "usage_inflate":
                 values["usage_inflate"] = float(arg)

@@ -28,7 +28,8 @@ class GenRequest:
     input_len: int
     max_new_tokens: int
     health: bool = False
-    stop_after: int | None = None  # nan fault: a broken decode stops early
+    stop_after: int | None = None  # nan fault: a broken decode stops early; a stop string ends the answer
+    matched: str | None = None  # the stop string that ends it at stop_after
     tokens_done: int = 0
     arrival: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None

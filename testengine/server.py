@@ -25,7 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import signatures
+from . import arithmetic, signatures
 from .config import VERSION_STRING, EngineConfig
 from .flashinfer_cache import CacheState
 from .metrics import EngineMetrics
@@ -328,9 +328,12 @@ class EngineServer:
         return web.Response(text="Cache flushed.\n")
 
     # ----- generation core -----
-    def _new_request(self, input_len: int, max_new: int, rid: str) -> GenRequest:
+    def _new_request(self, input_len: int, max_new: int, rid: str, stop: tuple[int, str] | None = None) -> GenRequest:
+        """``stop``: (tokens, the stop string) where a stop string ends the answer."""
         max_new += self.faults.overlong or 0
         req = GenRequest(rid=rid, input_len=max(1, input_len), max_new_tokens=max(1, max_new))
+        if stop is not None:
+            req.stop_after, req.matched = stop
         if self.faults.nan:
             req.stop_after = 1  # SGLang's NaN detector ends the request at the bad token
         return req
@@ -338,12 +341,18 @@ class EngineServer:
     def _finish_reason(self, req: GenRequest) -> dict[str, Any]:
         if self.faults.nan:
             return {"type": "stop", "matched": "NaN happened"}
+        if req.matched is not None and req.stop_after is not None and req.stop_after <= req.max_new_tokens:
+            return {"type": "stop", "matched": req.matched}
         return {"type": "length", "length": req.target}
 
-    def _text(self, i: int, counting: bool) -> str:
+    def _text(self, i: int, counting: bool, said: list[str] | None = None) -> str:
+        """Text of output token ``i``: the reply's (``said``: an arithmetic answer), else filler or numbers."""
         if self.faults.degenerate:
             return "!"  # a broken kernel: token 0 over and over
-        return "" if self.faults.nan else token_text(i, counting)
+        if self.faults.nan:
+            return ""
+        text = said[i] if said is not None and i < len(said) else token_text(i, counting)
+        return arithmetic.shift_digits(text) if self.faults.shifted_digits else text
 
     def _id(self, i: int) -> int:
         return 0 if self.faults.degenerate else token_id(i, self.config.knobs.weights_seed)
@@ -373,6 +382,7 @@ class EngineServer:
         max_new: int,
         rid: str,
         build: Callable[[GenRequest], _Shape],
+        stop: tuple[int, str] | None = None,
     ) -> web.StreamResponse:
         """The one response path of every generation route: instant, non-streamed or SSE.
 
@@ -382,7 +392,7 @@ class EngineServer:
         if self.config.knobs.instant:
             cached = self._instant_cache.get(key)
             if cached is None:
-                req = self._new_request(input_len, max_new, _RID)
+                req = self._new_request(input_len, max_new, _RID, stop)
                 req.tokens_done = req.target
                 shape = build(req)
                 if stream:
@@ -404,7 +414,7 @@ class EngineServer:
             finally:
                 self._active -= 1
         assert self.scheduler is not None
-        req = self._new_request(input_len, max_new, rid)
+        req = self._new_request(input_len, max_new, rid, stop)
         self.scheduler.submit(req)
         shape = build(req)
         if not stream:
@@ -429,6 +439,7 @@ class EngineServer:
             return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
         if not isinstance(body, dict):
             return web.json_response({"error": {"message": "body must be an object"}}, status=400)
+        said: list[str] | None = None
         if "input_ids" in body and body["input_ids"] is not None:
             ids = body["input_ids"]
             if not isinstance(ids, list) or any(not isinstance(t, int) for t in ids):
@@ -437,10 +448,17 @@ class EngineServer:
         elif isinstance(body.get("text"), str):
             ids = text_ids(body["text"])
             input_len, counting = len(ids), "count" in body["text"].lower()
+            reply = arithmetic.reply(body["text"])  # the stand-in's answer to a few-shot arithmetic question
+            said = arithmetic.pieces(reply) if reply is not None else None
         else:
             return web.json_response({"error": {"message": "Either text or input_ids should be provided."}}, status=400)
         sp = body.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens") or 128)
+        stops = sp.get("stop") or []
+        stop: tuple[int, str] | None = None
+        if said is not None and stops:  # SGLang ends the answer at a stop string and leaves it out
+            said, matched = arithmetic.stop_cut(said, [stops] if isinstance(stops, str) else list(stops))
+            stop = (len(said), matched) if matched is not None else None
         stream = bool(body.get("stream"))
         logprobs = bool(body.get("return_logprob"))
         start = int(body.get("logprob_start_len") or 0)
@@ -501,7 +519,7 @@ class EngineServer:
                 prev = [ids[-1], *out_ids]
                 meta["output_token_logprobs"] = [[logprob(prev[k], t, seed), t, None] for k, t in enumerate(out_ids)]
             return {
-                "text": "".join(self._text(i, counting) for i in range(n)),
+                "text": "".join(self._text(i, counting, said) for i in range(n)),
                 "output_ids": out_ids,
                 "meta_info": meta,
             }
@@ -513,8 +531,9 @@ class EngineServer:
                 whole=lambda: obj(req, req.target),
             )
 
-        key = ("generate", input_len, max_new, stream, counting, logprobs)
-        return await self._serve(request, key, stream, input_len, max_new, body.get("rid") or uuid.uuid4().hex, build)
+        key = ("generate", input_len, max_new, stream, counting, logprobs, "".join(said or []), stop)
+        rid = body.get("rid") or uuid.uuid4().hex
+        return await self._serve(request, key, stream, input_len, max_new, rid, build, stop)
 
     # ----- OpenAI routes -----
     def _openai_error(self, message: str, status: int = 400) -> web.Response:

@@ -11,14 +11,19 @@ cannot corrupt it.
 
 File format (``schema: sglang-gate-baseline/2``)::
 
-    {"schema": ..., "reference": {engine, workload, key_metrics, started_at, labels, how},
+    {"schema": ..., "reference": {engine, workload, key_metrics, noise, started_at, labels, how,
+                                  answers, accuracy},
      "history": [older references, newest first]}
 
-A passing report.json (the format before this one) is still read as a reference.
+``answers`` are the reference gate's scored greedy answers, ``accuracy`` its score on the known-answer
+questions with the settings that make it comparable. A part missing from a reference (written by an
+older gate) cannot be compared: the gate fails that comparison and names the way to accept it
+(``--promote-baseline``). A passing report.json (the format before this one) is still read as a reference.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,8 +50,9 @@ class Reference(BaseModel):
     started_at: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
     how: str = ""
-    answers: dict[str, Any] | None = None  # the group's reference answers (validate/answers.py)
+    answers: dict[str, Any] | None = None  # the group's reference answers (validate/phases.py, reference)
     noise: dict[str, float | None] = Field(default_factory=dict)  # each key metric's relative standard error
+    accuracy: dict[str, Any] | None = None  # {settings, questions, correct, invalid, accuracy} (phases.accuracy)
 
 
 class BaselineFile(BaseModel):
@@ -67,7 +73,22 @@ def workload(config: dict[str, Any]) -> dict[str, Any]:
         # .inf is written as "inf" in strict JSON; older reports carry a float inf
         out[f"throughput.{k}"] = "inf" if str(v) in ("inf", "Infinity") else v
     out.update({f"single_stream.{k}": ss.get(k) for k in ("prompt", "max_tokens")})
+    # the single stream's tokens are counted from streamed ids on /generate (figures from before were
+    # the chat route's, counted by the server's usage claim): not the same measurement
+    out["single_stream.route"] = "/generate"
     return out
+
+
+def answer_settings(answers: dict[str, Any]) -> dict[str, Any]:
+    """What makes two sets of reference answers comparable: their length and the exact prompts."""
+    prompts = [a.get("prompt") for a in answers.get("answers") or [] if isinstance(a, dict)]
+    digest = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:16]
+    return {"max_new_tokens": answers.get("max_new_tokens"), "prompts": digest}
+
+
+def changes(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Each setting that differs, as ``name: then -> now`` (the message of a comparison that cannot be made)."""
+    return [f"{k}: {then.get(k)!r} -> {v!r}" for k, v in now.items() if then.get(k) != v]
 
 
 def reference_of(report: dict[str, Any], how: str) -> Reference:
@@ -80,6 +101,7 @@ def reference_of(report: dict[str, Any], how: str) -> Reference:
         how=how,
         answers=report.get("reference_answers"),
         noise=report.get("key_noise") or {},
+        accuracy=report.get("accuracy"),
     )
 
 
@@ -116,38 +138,23 @@ def load(path: str | Path) -> BaselineFile | None:
     return parse(data, str(p))
 
 
-def record(path: str | Path, report: dict[str, Any], promote: bool) -> tuple[bool, str]:
+def record(path: str | Path, report: dict[str, Any], promote: bool, lock_timeout_s: float = 60.0) -> tuple[bool, str]:
     """Make ``report`` the group's reference if it has none (or ``promote``); returns (written, note).
 
     Only a passing report can become a reference. Read, decide and write happen under
-    one lock, so two gates that pass at once cannot both become "the first".
+    one lock (waited for at most ``lock_timeout_s``), so two gates that pass at once cannot
+    both become "the first".
     """
     if report.get("verdict") != "pass":
         return False, "baseline not written: the gate failed"
     p = Path(path)
-    with locked(p):
+    with locked(p, lock_timeout_s):
         try:
             current = load(p)
         except BaselineError as exc:
             if not promote:
                 return False, f"baseline not written: the existing file is unusable ({exc}); promote explicitly"
             current = None
-        if (
-            current is not None
-            and not promote
-            and current.reference.answers is None
-            and report.get("reference_answers")
-        ):
-            # a reference from before the answers check: keep its figures, add this gate's answers
-            current.reference.answers = report["reference_answers"]
-            doc = {
-                "schema": SCHEMA,
-                "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "reference": current.reference.model_dump(),
-                "history": [h.model_dump() for h in current.history],
-            }
-            write_json_atomic(p, doc)
-            return True, f"baseline kept, the group's reference answers added: {p}"
         if current is not None and not promote:
             return False, (
                 f"baseline kept: the group's reference is from {current.reference.started_at or 'an earlier gate'} "

@@ -3,21 +3,119 @@
 Nothing here does I/O, so each verdict rule can be read and tested alone with
 hand-built results. A check's ``measured`` and ``required`` are the values compared
 with ``op``; its message is what the operator reads (``FAILED ...`` when it failed).
+
+The rules that decide what an answer is live here too: the degenerate-answer rule (which
+the client applies to every streamed request, so this module imports no phase at run
+time) and the accuracy rules (how an answer's number is read, what a drop beyond noise is).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from .answers import ReferenceResult
 from .config import GateConfig
-from .load import LoadResult
-from .logscan import LogScanResult
-from .metrics import KEY_METRICS, ROBUST_RUNS, RequestResult, Spread
-from .phases import Health, Identity, ProbeResult, Readiness, SingleStream, StabilityStep, Throughput, Warmup
+from .metrics import KEY_METRICS, ROBUST_RUNS, RequestResult, Spread, key_metric_spreads
 from .userregex import compile_user_regex
+
+if TYPE_CHECKING:  # only types: the phases import this module (the answer rule) at run time
+    from .load import LoadResult
+    from .logscan import LogScanResult
+    from .phases import (
+        AccuracyResult,
+        Health,
+        Identity,
+        ProbeResult,
+        Readiness,
+        ReferenceResult,
+        SingleStream,
+        StabilityStep,
+        Throughput,
+        Warmup,
+    )
+
+# ----- what counts as an answer -----
+#
+# A broken NVFP4 GEMM or attention kernel, or NaN logits that SGLang >= 0.5.17 silently
+# sanitizes before sampling, look the same from outside: the server streams at full speed,
+# finishes with ``length`` and says nothing, but every answer is one token over and over
+# ("!!!!...", token id 0). A gate that only measures speed passes that server. So each
+# request's answer is judged, in every phase (validate/client.py applies the rule), and a
+# degenerate answer is a failed request (reason ``degenerate``), counted like an abort.
+#
+# The rule, calibrated on what a real SGLang 0.5.17 server answered (a random-weight 0.9 B
+# Llama on an H200, docs/real-sglang-h200.md: 54-63 distinct tokens of 64, no token more than
+# 3 times in a row; the recorded transcripts in tests/fixtures): an answer of at least
+# ``answers.min_tokens`` tokens is degenerate when
+#
+# * it has no text at all, or more than half of its characters are U+FFFD (not decodable);
+# * one token id (``/generate`` streams the ids) repeats back to back over more than
+#   ``answers.max_repeat_fraction`` of the answer;
+# * without ids (the OpenAI routes stream text pieces): one piece, or one non-blank
+#   character, repeats back to back over more than that share.
+#
+# Honest text has runs of 1-3; a broken kernel gives one run over the whole answer. The
+# defaults (16 tokens, half the answer) leave a wide margin on both sides.
+
+REPLACEMENT = "\ufffd"
+
+
+@dataclass(frozen=True)
+class AnswerRule:
+    """The two numbers of the rule (``answers.min_tokens``, ``answers.max_repeat_fraction``)."""
+
+    min_tokens: int = 16
+    max_repeat_fraction: float = 0.5
+
+
+def longest_run(items: Sequence[Any]) -> tuple[int, Any]:
+    """(length, item) of the longest back-to-back repetition in ``items``; (0, None) when empty."""
+    best, best_item, run = 0, None, 0
+    for i, item in enumerate(items):
+        run = run + 1 if i and item == items[i - 1] else 1
+        if run > best:
+            best, best_item = run, item
+    return best, best_item
+
+
+def _show(text: str) -> str:
+    return repr(text[:24] + ("..." if len(text) > 24 else ""))
+
+
+def degenerate(
+    rule: AnswerRule, tokens: int, text: str, ids: Sequence[int] | None = None, pieces: Sequence[str] | None = None
+) -> str:
+    """Why this answer is degenerate, or "" when it is an answer.
+
+    ``tokens``: how many tokens were streamed; ``ids``: the token ids when the route streams
+    them; ``pieces``: the streamed text pieces (OpenAI routes).
+    """
+    if tokens < rule.min_tokens:
+        return ""  # too short to tell a loop from an answer
+    if not text.strip():
+        return f"{tokens} tokens but no text"
+    bad = text.count(REPLACEMENT)
+    if bad * 2 > len(text):
+        return f"not decodable: {bad} of {len(text)} characters are U+FFFD"
+    limit = rule.max_repeat_fraction
+    if ids:
+        run, tok = longest_run(ids)
+        if run > limit * len(ids):
+            return f"token id {tok} repeated {run} times in a row ({run} of {len(ids)} tokens): {_show(text)}"
+        return ""
+    if pieces and len(pieces) >= rule.min_tokens:
+        run, piece = longest_run(pieces)
+        if run > limit * len(pieces):
+            return f"the piece {piece!r} repeated {run} times in a row ({run} of {len(pieces)} pieces)"
+    chars = "".join(text.split())
+    run, ch = longest_run(chars)
+    if len(chars) >= rule.min_tokens and run > limit * len(chars):
+        return f"the character {ch!r} repeated {run} times in a row ({run} of {len(chars)} characters): {_show(text)}"
+    return ""
 
 
 @dataclass
@@ -155,10 +253,14 @@ def spread(tp: Throughput, cfg: GateConfig) -> Check | None:
     Neither a pass nor a regression: the host could not be measured, and the message
     says which metric moved and how far, so the operator re-runs or finds the noise.
     """
-    if len(tp.runs) < 2:
+    return _spread(tp.runs, cfg)
+
+
+def _spread(runs: list[LoadResult], cfg: GateConfig) -> Check | None:
+    if len(runs) < 2:
         return None
     tc = cfg.throughput
-    spreads = tp.spreads
+    spreads = key_metric_spreads([r.metrics for r in runs])
     gated = _gated_load_metrics(cfg)
     if not gated:
         return None
@@ -170,7 +272,7 @@ def spread(tp: Throughput, cfg: GateConfig) -> Check | None:
     unit = KEY_METRICS[worst][1]
     which = "spread" if w.n < ROBUST_RUNS else "spread of the middle half"
     text = (
-        f"measurement stability over {len(tp.runs)} runs: {worst} {which} {value:.1%} "
+        f"measurement stability over {len(runs)} runs: {worst} {which} {value:.1%} "
         f"(min {fmt(w.min)} / median {fmt(w.median)} / max {fmt(w.max)} {unit}; allowed {tc.max_spread:.0%})"
     )
     if value > tc.max_spread and w.noise is not None and w.n >= ROBUST_RUNS:
@@ -253,7 +355,7 @@ def throughput(tp: Throughput, cfg: GateConfig) -> list[Check]:
 
 def spread_settled(runs: list[LoadResult], cfg: GateConfig) -> bool:
     """Whether the throughput runs so far agree well enough to stop repeating (the phase asks this)."""
-    c = spread(Throughput(runs, cfg.throughput.timeout_s), cfg)
+    c = _spread(runs, cfg)
     return c is None or c.passed
 
 
@@ -301,28 +403,43 @@ def model(expected: str | None, names: list[str]) -> Check:
     return Check("server.model", ok, ", ".join(names), expected, "", _msg(ok, text), "in")
 
 
-def restarted(ids: list[Identity], log_restarts: list[str]) -> Check | None:
-    """Any change of the server's identity between two reads, or a start banner in the gate's
-    window of the log: it restarted (Docker's restart policy hides a crash that way)."""
-    if log_restarts:
-        text = "FAILED the server restarted during the gate: its log shows a new start: " + "; ".join(log_restarts)
+def restarted(ids: list[Identity], log_restarts: list[str], earlier: Sequence[str] = ()) -> Check | None:
+    """The server restarted during the gate: its identity changed between two reads, or its log shows a
+    start banner after the gate began (Docker's restart policy hides a crash that way).
+
+    ``earlier``: starts seen before the gate began (an earlier run of the server in the same log, a
+    restart during start-up): reported as such, not a restart during the gate; with a restart during
+    the gate as well, the server is crash-looping, and the message says so."""
+
+    def failed(how: str) -> Check:
+        text = f"FAILED the server restarted {how}"
+        if earlier:
+            seen = "; ".join(earlier)
+            text = f"FAILED the server is crash-looping: it started before the gate ({seen}) and restarted {how}"
         return Check("server.restarted", False, "restarted", "same process", "", text[:1000])
+
+    if log_restarts:
+        return failed("during the gate: its log shows a new start: " + "; ".join(log_restarts))
+    before = f"; before the gate: {'; '.join(earlier)} (not during it)" if earlier else ""
     if len(ids) < 2:
-        return None
+        if not earlier:
+            return None
+        return Check(
+            "server.restarted", True, "same process", "same process", "", f"no restart during the gate{before}"
+        )
     first = ids[0]
-    for before, after in itertools.pairwise(ids):
+    for prev, now in itertools.pairwise(ids):
         changed = [
-            f"{k} {before.facts.get(k)!r} -> {after.facts.get(k)!r}"
-            for k in sorted(set(before.facts) | set(after.facts))
-            if k != "docker_error" and before.facts.get(k) != after.facts.get(k) and after.facts
+            f"{k} {prev.facts.get(k)!r} -> {now.facts.get(k)!r}"
+            for k in sorted(set(prev.facts) | set(now.facts))
+            if k != "docker_error" and prev.facts.get(k) != now.facts.get(k) and now.facts
         ]
         if changed:
-            text = f"FAILED the server restarted between '{before.when}' and '{after.when}': " + "; ".join(changed)
-            return Check("server.restarted", False, "restarted", "same process", "", text[:1000])
+            return failed(f"between '{prev.when}' and '{now.when}': " + "; ".join(changed))
     text = (
         f"same server process from '{first.when}' to '{ids[-1].when}' ({', '.join(sorted(first.facts)) or 'no facts'})"
     )
-    return Check("server.restarted", True, "same process", "same process", "", text)
+    return Check("server.restarted", True, "same process", "same process", "", text + before)
 
 
 def probes(results: list[ProbeResult], cfg: GateConfig) -> list[Check]:
@@ -493,16 +610,75 @@ def verdict(checks: list[Check]) -> str:
     return "pass" if checks and all(c.passed for c in checks) else "fail"
 
 
+# ----- comparisons with the group's reference -----
+#
+# A group's reference (validate/baseline.py) holds the first passing gate's speed figures, its
+# reference answers and its accuracy. Whatever keeps a later gate from comparing with it (the
+# workload, the engine, the answer or accuracy settings changed, a reference without that part,
+# an unreadable file) is a failed check that says what changed and how to accept it: a
+# comparison is never switched off in silence. The first gate of a group is "recorded".
+
+NOT_COMPARED = "not compared"
+ACCEPT = (
+    "to accept the change on purpose, promote this gate to the group's reference: --promote-baseline "
+    "(role variable sglang_gate_promote_baseline: true)"
+)
+
+
+def not_compared(name: str, what: str, why: str) -> Check:
+    """``what`` could not be compared with the group's reference, ``why``: a failure, with the way out."""
+    return Check(
+        name,
+        False,
+        "not compared",
+        "compared",
+        "",
+        f"FAILED {what} not compared with the group's reference: {why}; {ACCEPT}",
+    )
+
+
+def group_reference(path: str, why_not: str, reference_from: str | None) -> Check:
+    """``baseline.reference``: the group's reference file, usable for this gate's figures or not.
+    ``reference_from``: when the reference was measured; None when the group has none yet."""
+    if why_not:
+        return not_compared("baseline.reference", "the speed figures were", why_not)
+    if reference_from is None:
+        text = (
+            f"recorded: no reference for this group yet ({path}); this gate is its first, and its figures, "
+            "answers and accuracy become the reference when it passes"
+        )
+        return Check("baseline.reference", True, "recorded", "compared", "", text)
+    text = f"compared with the group's reference from {reference_from or 'an unknown time'} ({path})"
+    return Check("baseline.reference", True, "compared", "compared", "", text)
+
+
+def promoted(c: Check) -> Check:
+    """Under ``--promote-baseline`` this gate replaces the group's reference on purpose: a comparison
+    that could not be made (:func:`not_compared`) is reported as accepted. A comparison that was made
+    and failed (a regression, answers that moved, accuracy that dropped) stands: a promotion never
+    turns a worse server into the reference."""
+    if c.passed or c.measured != NOT_COMPARED:
+        return c
+    text = "accepted on purpose (--promote-baseline replaces the group's reference): " + c.message.removeprefix(
+        "FAILED "
+    )
+    return replace(c, passed=True, message=text)
+
+
 def reference(res: ReferenceResult, cfg: GateConfig) -> Check:
     """``answers.reference``: the mean log-likelihood of the group's answers moved by at most the tolerance."""
     tol = cfg.answers.reference.tolerance
     if res.mode == "error":
         text = f"FAILED reference answers: {res.error}"
         return Check("answers.reference", False, None, tol, "nats/token", text, "<=")
+    if res.not_compared:
+        return not_compared("answers.reference", "the reference answers were", res.not_compared)
     if res.mode == "recorded":
         n = len((res.recorded or {}).get("answers", []))
-        text = f"recorded {n} reference answers (first gate of the group: not compared; stored with the baseline)"
-        return Check("answers.reference", True, None, tol, "nats/token", text, "<=")
+        text = (
+            f"recorded {n} reference answers (the group has none yet; stored with its reference when this gate passes)"
+        )
+        return Check("answers.reference", True, "recorded", tol, "nats/token", text, "<=")
     worst = res.worst
     ok = worst <= tol
     i = res.deltas.index(worst)
@@ -513,3 +689,154 @@ def reference(res: ReferenceResult, cfg: GateConfig) -> Check:
         f"(answer {i + 1} of {len(res.deltas)}; allowed {tol:g}){where}"
     )
     return Check("answers.reference", ok, round(worst, 4), tol, "nats/token", _msg(ok, text), "<=")
+
+
+# ----- accuracy on known answers -----
+#
+# The questions (validate/arithmetic.py) have exact answers; an answer's number is read as
+# SGLang's own few_shot_gsm8k reads it, so a figure here means what SGLang's means. A host is
+# judged on the profile's floors (accuracy.min_accuracy, accuracy.max_invalid) on every gate,
+# the first of a group included, and, once the group has a reference, on a drop below the
+# reference's accuracy beyond what binomial sampling noise explains.
+
+SHOWN_WRONG = 5  # wrong answers kept in the report, for the operator to read
+
+
+def answer_value(text: str) -> int | None:
+    """The answer's number as SGLang's few_shot_gsm8k reads it (``get_answer_value``): commas
+    removed, the last run of digits; None (its INVALID) when there is none."""
+    numbers = re.findall(r"\d+", text.replace(",", ""))
+    return int(numbers[-1]) if numbers else None
+
+
+@dataclass
+class AccuracyGrade:
+    """The answers graded: right, with no number (or no answer at all), failed requests."""
+
+    questions: int
+    correct: int
+    invalid: int
+    failed: int
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+    first_error: str = ""
+    wrong: list[dict[str, Any]] = field(default_factory=list)  # the first few wrong answers
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.questions if self.questions else 0.0
+
+    @property
+    def invalid_rate(self) -> float:
+        return self.invalid / self.questions if self.questions else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "questions": self.questions,
+            "correct": self.correct,
+            "invalid": self.invalid,
+            "failed": self.failed,
+            "accuracy": round(self.accuracy, 4),
+            "invalid_rate": round(self.invalid_rate, 4),
+            "failure_reasons": self.failure_reasons,
+            "wrong": self.wrong,
+        }
+
+
+def grade(res: AccuracyResult) -> AccuracyGrade:
+    """Each answer against its known value; a failed request has no answer (it counts as invalid)."""
+    g = AccuracyGrade(len(res.answers), 0, 0, 0)
+    for a in res.answers:
+        if a.failure:
+            g.failed += 1
+            g.invalid += 1
+            g.failure_reasons[a.failure] = g.failure_reasons.get(a.failure, 0) + 1
+            g.first_error = g.first_error or a.error
+            continue
+        got = answer_value(a.text)
+        if got == a.expected:
+            g.correct += 1
+            continue
+        g.invalid += got is None
+        if len(g.wrong) < SHOWN_WRONG:
+            g.wrong.append({"question": a.index, "expected": a.expected, "got": got, "answer": a.text[-300:]})
+    return g
+
+
+def accuracy_drop(ref_correct: int, ref_n: int, correct: int, n: int, z: float) -> tuple[float, float, float]:
+    """(drop, allowed drop, standard error) of this gate's accuracy below the reference's.
+
+    The standard error is binomial sampling noise of the two scores, sqrt(p0 (1 - p0) / n0 +
+    p1 (1 - p1) / n1), each p with one right and one wrong answer added (Agresti-Caffo), so a
+    perfect score still has noise and one wrong answer of 200 after 200 of 200 is no regression.
+    The allowed drop is ``z`` of them (accuracy.noise_z).
+    """
+
+    def var(k: int, m: int) -> float:
+        p = (k + 1) / (m + 2)
+        return p * (1 - p) / (m + 2)
+
+    se = math.sqrt(var(ref_correct, ref_n) + var(correct, n))
+    drop = ref_correct / ref_n - correct / n if ref_n and n else 0.0
+    return drop, z * se, se
+
+
+def accuracy(res: AccuracyResult, g: AccuracyGrade, cfg: GateConfig, group: bool) -> list[Check]:
+    """The accuracy checks: failed requests, the floors, and (``group``: a --baseline was given)
+    the comparison with the group's reference accuracy."""
+    ac = cfg.accuracy
+    st = res.settings
+    n = g.questions
+    on = f"{st['set']} v{st['version']}, seed {st['seed']}, {st['shots']}-shot"
+    out: list[Check] = [
+        failed_requests("accuracy", g.failed, n, 0, g.failure_reasons, g.first_error, res.timed_out, res.deadline_s)
+    ]
+    example = ""
+    if g.wrong:
+        w = g.wrong[0]
+        example = (
+            f"; e.g. question {w['question']}: expected {w['expected']}, read {w['got']} from {w['answer'][-80:]!r}"
+        )
+    if ac.min_accuracy is not None:
+        ok = g.accuracy >= ac.min_accuracy
+        text = f"accuracy {g.accuracy:.3f} ({g.correct} of {n} right on {on}; required at least {ac.min_accuracy:g})"
+        out.append(
+            Check(
+                "accuracy.score",
+                ok,
+                round(g.accuracy, 4),
+                ac.min_accuracy,
+                "ratio",
+                _msg(ok, text + ("" if ok else example)),
+                ">=",
+            )
+        )
+    if ac.max_invalid is not None:
+        ok = g.invalid_rate <= ac.max_invalid
+        text = (
+            f"invalid answers {g.invalid_rate:.3f} ({g.invalid} of {n} without a number or without an answer; "
+            f"allowed at most {ac.max_invalid:g})"
+        )
+        out.append(
+            Check("accuracy.invalid", ok, round(g.invalid_rate, 4), ac.max_invalid, "ratio", _msg(ok, text), "<=")
+        )
+    if not group:
+        return out
+    if res.not_compared:
+        out.append(not_compared("accuracy.reference", "the accuracy was", res.not_compared))
+    elif res.reference is None:
+        text = (
+            f"recorded: accuracy {g.accuracy:.3f} on {on} (the group has no accuracy yet; stored with its "
+            "reference when this gate passes)"
+        )
+        out.append(Check("accuracy.reference", True, "recorded", None, "", text))
+    else:
+        ref_k, ref_n = int(res.reference["correct"]), int(res.reference["questions"])
+        drop, allowed, se = accuracy_drop(ref_k, ref_n, g.correct, n, ac.noise_z)
+        ok = drop <= allowed
+        text = (
+            f"accuracy {g.accuracy:.3f} ({g.correct} of {n}) vs the group's reference {ref_k / ref_n:.3f} "
+            f"({ref_k} of {ref_n}, from {res.reference_from or 'an unknown time'}): drop {max(drop, 0.0):.3f}, "
+            f"allowed {allowed:.3f} = {ac.noise_z:g} x binomial standard error {se:.3f}"
+        )
+        out.append(Check("accuracy.reference", ok, round(drop, 4), round(allowed, 4), "ratio", _msg(ok, text), "<="))
+    return out

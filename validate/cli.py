@@ -90,15 +90,6 @@ def _patch_record(path: str) -> dict[str, Any]:
     return data
 
 
-def _check_baseline(path: str | None) -> None:
-    """A baseline file that exists must be usable now (exit 2); it is read again after the load."""
-    if path and Path(path).exists():
-        try:
-            baseline_store.load(path)
-        except baseline_store.BaselineError as exc:
-            raise ConfigError(f"--baseline: {exc}") from None
-
-
 def _add_baseline_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", help="the host group's baseline file (compared when it exists)")
     g = p.add_mutually_exclusive_group()
@@ -110,7 +101,9 @@ def _add_baseline_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--promote-baseline",
         action="store_true",
-        help="on pass, make this report the group's reference (the old one moves to its history)",
+        help="make this report the group's reference on purpose (the old one moves to its history): comparisons "
+        "the old reference cannot make (settings, engine, workload changed; unreadable) are accepted, every other "
+        "check must pass",
     )
 
 
@@ -237,7 +230,6 @@ def _check_baseline_flags(args: argparse.Namespace) -> None:
     if (args.update_baseline or args.promote_baseline) and not args.baseline:
         flag = "--update-baseline" if args.update_baseline else "--promote-baseline"
         raise ConfigError(f"{flag}: needs --baseline FILE (where to write it)")
-    _check_baseline(args.baseline)
 
 
 def _gate_options(args: argparse.Namespace) -> Any:
@@ -266,12 +258,19 @@ def _gate_options(args: argparse.Namespace) -> Any:
     )
 
 
-def _record_baseline(args: argparse.Namespace, report: dict[str, Any]) -> None:
-    """On pass, write the group's reference if asked (first passing gate, or --promote-baseline)."""
+LOCK_WAIT_S = 60.0  # the most the baseline's lock is waited for (less when the gate's deadline is nearer)
+
+
+def _record_baseline(args: argparse.Namespace, report: dict[str, Any], left_s: float) -> None:
+    """On pass, write the group's reference if asked (first passing gate, or --promote-baseline),
+    waiting for its lock no longer than ``left_s`` (what the gate's deadline leaves)."""
     if not (args.update_baseline or args.promote_baseline):
         return
+    wait = min(LOCK_WAIT_S, left_s)
     try:
-        written, note = baseline_store.record(args.baseline, report, promote=args.promote_baseline)
+        if wait <= 0:
+            raise LockTimeout("no time left before the gate's deadline_s to wait for the baseline's lock")
+        written, note = baseline_store.record(args.baseline, report, promote=args.promote_baseline, lock_timeout_s=wait)
     except (OSError, LockTimeout) as exc:
         written, note = False, f"baseline not written: {exc}"
     report["baseline"]["updated"] = written
@@ -279,12 +278,15 @@ def _record_baseline(args: argparse.Namespace, report: dict[str, Any]) -> None:
     say(note)
 
 
-def _finish(args: argparse.Namespace, report: dict[str, Any]) -> int:
+def _finish(args: argparse.Namespace, report: dict[str, Any], left_s: float = LOCK_WAIT_S) -> int:
+    from .gate import promote
     from .report import write_all
 
+    if args.promote_baseline:
+        report = promote(report)
     code = EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
     report["exit_code"] = code
-    _record_baseline(args, report)
+    _record_baseline(args, report, left_s)
     text = write_all(report, args.report)
     print(text, flush=True)
     where = Path(args.report) / "report.json"
@@ -304,9 +306,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
         + (" (API key from --api-key-file)" if args.api_key_file else "")
         + (" (API key from SGLANG_API_KEY)" if os.environ.get(API_KEY_ENV) and not args.api_key_file else "")
     )
-    report = asyncio.run(Gate(opts, say).run())
-    report["gate_process"] = _process_usage()
-    return _finish(args, report)
+
+    def finish(report: dict[str, Any], left_s: float) -> int:
+        report["gate_process"] = _process_usage()
+        return _finish(args, report, left_s)
+
+    return asyncio.run(Gate(opts, say).run_then(finish))
 
 
 def _process_usage() -> dict[str, float]:

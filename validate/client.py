@@ -10,9 +10,13 @@ deadline), and SSE events read in whole buffers (``iter_any``) rather than one
 Workload path: the throughput and sweep phases use SGLang's native ``/generate``
 with ``input_ids`` (what bench_serving's ``sglang`` backend sends), so the server
 sees exactly ``input_len`` tokens without a tokenizer, with ``ignore_eos`` so it
-generates exactly ``output_len``; the single-stream check uses
-``/v1/chat/completions`` with the prompt text and reads ``reasoning_content`` and
-``content`` deltas (GLM-5 streams its thinking as reasoning_content).
+generates exactly ``output_len``; the single stream sends the prompt text to the same
+route, streamed, so its tokens are counted from the streamed ``output_ids`` too (the
+OpenAI routes stream text pieces, which cannot be counted: a piece holds one token, or
+several with ``--stream-interval`` or MTP). The probes use ``/v1/chat/completions`` and
+read ``reasoning_content`` and ``content`` deltas (GLM-5 streams its thinking as
+reasoning_content); no figure is taken from them. The reference answers and the accuracy
+questions are non-streamed ``/generate`` requests (:func:`generate_json`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from .answers import AnswerRule, degenerate
+from .checks import AnswerRule, degenerate
 from .metrics import RequestResult
 from .sse import EventTooLarge, SSEDecoder
 
@@ -132,6 +136,12 @@ def generate_body(input_ids: list[int], output_len: int, sampling: dict[str, flo
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
+def text_body(prompt: str, max_new_tokens: int) -> bytes:
+    """A streamed, greedy /generate of a prompt text that may stop early (the single stream)."""
+    payload = {"text": prompt, "sampling_params": {**GREEDY, "max_new_tokens": max_new_tokens}, "stream": True}
+    return json.dumps(payload).encode()
+
+
 async def _post_stream(
     session: aiohttp.ClientSession,
     url: str,
@@ -205,7 +215,7 @@ def _judge_finish(
     ``tokens``: the request's token count; ``want``: the exact count asked for (``ignore_eos``),
     or None when the model may stop early; ``most``: max_new_tokens / max_tokens. ``normal``:
     the finish_reason types that end a request normally. ``answer``: why the text is
-    degenerate (validate/answers.py), or "". ``plausible``: the (low, high) token counts the
+    degenerate (validate/checks.py), or "". ``plausible``: the (low, high) token counts the
     stream itself allows; a server claim (meta_info / usage) outside it is a failure.
     """
     fr = out.finish_reason or {}
@@ -245,15 +255,18 @@ async def generate_stream(
     output_len: int,
     rule: AnswerRule | None = None,
     keep_text: bool = False,
+    exact: bool = True,
 ) -> RequestResult:
-    """One streamed ``/generate`` request (``body`` from :func:`generate_body`, ``ignore_eos``).
+    """One streamed ``/generate`` request (``body`` from :func:`generate_body` or :func:`text_body`).
 
     Timed as bench_serving's sglang backend times it: TTFT at the first chunk with
     text, then per chunk n = new tokens gaps of (chunk gap / n). Tokens are what was
     streamed: SGLang's events carry the cumulative ``output_ids`` (``incremental_streaming_output``
-    off, its default), and ``meta_info.completion_tokens`` must agree with them. Succeeds only
-    with finish_reason ``length``, exactly ``output_len`` tokens and, with ``rule``, an answer
-    that is not degenerate (validate/answers.py).
+    off, its default), and ``meta_info.completion_tokens`` must agree with them; a stream without
+    ``output_ids`` cannot be counted and fails (``uncounted``), whatever the server claims.
+    ``exact`` (``ignore_eos``): succeeds only with finish_reason ``length`` and exactly
+    ``output_len`` tokens; otherwise ``stop`` or ``length`` and 1 to ``output_len`` tokens. With
+    ``rule``, the answer must not be degenerate (validate/checks.py).
     """
     out = RequestResult(prompt_len=prompt_len)
     ids: list[int] | None = None  # the streamed output_ids (cumulative), when the server sends them
@@ -287,7 +300,7 @@ async def generate_stream(
             if d.get("text"):
                 text = d["text"]
                 out.text_chars = len(text)
-                seen = len(ids) if ids is not None else (claimed if claimed is not None else events)
+                seen = len(ids) if ids is not None else events
                 if out.ttft == 0.0:
                     out.ttft = now - out.start_time
                 else:
@@ -300,12 +313,16 @@ async def generate_stream(
                 last_len = seen
 
     if await _post_stream(session, url, body, out, handle):
-        tokens = len(ids) if ids is not None else (claimed if claimed is not None else events)
-        out.claimed_tokens = claimed if ids is not None else None
         if keep_text:
             out.text = text[:MAX_KEPT_TEXT]
+        if ids is None:
+            out.fail("uncounted", f"the stream carried no output_ids ({events} events): its tokens cannot be counted")
+            return out
+        tokens = len(ids)
+        out.claimed_tokens = claimed
         why = degenerate(rule, tokens, text, ids) if rule else ""
-        _judge_finish(out, tokens, output_len, output_len, ("length",), why, (tokens, tokens))
+        normal = ("length",) if exact else ("stop", "length")
+        _judge_finish(out, tokens, output_len if exact else None, output_len, normal, why, (tokens, tokens))
     return out
 
 
@@ -319,15 +336,17 @@ async def chat_stream(
     rule: AnswerRule | None = None,
     stream_interval: int = 1,
 ) -> RequestResult:
-    """One streamed ``/v1/chat/completions`` request; tokens from usage, checked against the stream.
+    """One streamed ``/v1/chat/completions`` request (the probes): its text, judged, and no figure.
 
     ``reasoning_content`` deltas count like ``content`` (GLM-5 streams its thinking
     there). The model may stop early (no ignore_eos): ``stop`` and ``length`` are both
-    normal; zero tokens, an error event or an abort are failures. The chat route streams
-    text pieces, not ids: each non-empty piece holds 1 to ``stream_interval`` tokens (SGLang's
-    ``--stream-interval``, from the server info), plus a few tokens with no text of their own
-    (special tokens, a UTF-8 sequence split over tokens), so a usage claim outside
-    [pieces, 2 x pieces x stream_interval + 8] is a ``usage_mismatch`` (a 4x claim fails).
+    normal; zero pieces, an error event or an abort are failures. The chat route streams
+    text pieces, not ids, so its tokens cannot be counted: ``output_len`` is the pieces
+    streamed, never the server's ``usage`` (no speed is measured here). Each non-empty piece
+    holds 1 to ``stream_interval`` tokens (SGLang's ``--stream-interval``, from the server
+    info), plus a few tokens with no text of their own (special tokens, a UTF-8 sequence split
+    over tokens), so a usage claim outside [pieces, 2 x pieces x stream_interval + 8] is a
+    ``usage_mismatch`` (a 4x claim fails).
     """
     payload = {
         "model": model,
@@ -370,11 +389,52 @@ async def chat_stream(
         out.claimed_tokens = usage_tokens
         n = len(pieces)
         plausible = (n, 2 * n * max(1, stream_interval) + 8)
-        # the claim where the stream allows it (a piece can hold several tokens), else what was streamed
-        tokens = usage_tokens if usage_tokens is not None and plausible[0] <= usage_tokens <= plausible[1] else n
-        why = degenerate(rule, tokens, text, None, pieces) if rule else ""
-        _judge_finish(out, tokens, None, max_tokens, ("stop", "length"), why, plausible)
+        why = degenerate(rule, n, text, None, pieces) if rule else ""
+        _judge_finish(out, n, None, max_tokens, ("stop", "length"), why, plausible)
     return out
+
+
+class GenerateError(Exception):
+    """A non-streamed /generate that returned no answer; ``failure`` is a FAILURE_REASONS key."""
+
+    def __init__(self, failure: str, message: str) -> None:
+        super().__init__(message[:300])
+        self.failure = failure
+
+
+async def generate_json(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """One non-streamed ``/generate`` (the reference answers, the accuracy questions): its JSON object.
+
+    Raises :class:`GenerateError` for no answer within ``timeout_s`` (``timeout``), a status other
+    than 200, a body that is not a /generate object, and SGLang's abort and NaN finish reasons: an
+    answer the caller may judge is one the server finished normally.
+    """
+    try:
+        async with session.post(
+            url, data=json.dumps(body).encode(), headers=_JSON, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            if resp.status != 200:
+                raise GenerateError("http_error", await _http_error(resp))
+            text = await resp.text()
+    except TimeoutError:
+        raise GenerateError("timeout", f"no answer within {timeout_s:g}s") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise GenerateError(_network_failure(exc), _short(exc)) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise GenerateError("bad_payload", f"not JSON: {exc}: {text[:200]}") from None
+    meta = data.get("meta_info") if isinstance(data, dict) else None
+    if not isinstance(meta, dict):
+        raise GenerateError("bad_payload", f"not a /generate answer: {text[:200]}")
+    fr = meta.get("finish_reason") if isinstance(meta.get("finish_reason"), dict) else {}
+    if fr.get("type") == "abort":
+        raise GenerateError("abort", f"aborted by the server: {fr.get('message') or 'no message'}")
+    if fr.get("matched") == "NaN happened":
+        raise GenerateError("nan", f"NaN in the logits: finish_reason {fr}")
+    return data
 
 
 async def prewarm(session: aiohttp.ClientSession, url: str, n: int, timeout_s: float = 10.0) -> int:

@@ -168,7 +168,7 @@ class Probe(_Section):
 
 
 class ReferenceConfig(_Section):
-    """The group's reference answers (validate/answers.py): recorded once, scored on every later gate."""
+    """The group's reference answers (validate/phases.py): recorded by its first gate, scored on every later one."""
 
     enabled: bool = True
     max_new_tokens: Annotated[int, Field(gt=0, le=512)] = 32
@@ -177,13 +177,36 @@ class ReferenceConfig(_Section):
 
 
 class AnswersConfig(_Section):
-    """What counts as an answer at all (validate/answers.py), in every phase."""
+    """What counts as an answer at all (validate/checks.py), in every phase."""
 
     enabled: bool = True
     min_tokens: Annotated[int, Field(gt=1, le=MAX_TOKENS_PER_REQUEST)] = 16
     max_repeat_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.5
     probes: list[Probe] = Field(default_factory=list, max_length=32)
     reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
+
+
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class AccuracyConfig(_Section):
+    """Known answers on every host (validate/arithmetic.py): few-shot, greedy, raw prompts on /generate.
+
+    The floors are the profile's: the defaults are a wide net for any capable instruct model
+    (a fluent server whose numbers are wrong scores near 0); set the model's own from a
+    published few-shot result (inventory/example: GLM-5's)."""
+
+    enabled: bool = True
+    questions: Annotated[int, Field(gt=0, le=5000)] = 200
+    shots: Annotated[int, Field(ge=0, le=16)] = 5
+    seed: Annotated[int, Field(ge=0, le=1_000_000_000)] = 1
+    max_new_tokens: Annotated[int, Field(gt=0, le=4096)] = 256
+    concurrency: Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)] = 128
+    timeout_s: Timeout = 300.0
+    min_accuracy: Fraction | None = 0.5
+    max_invalid: Fraction | None = 0.1
+    # a drop below the group's reference accuracy beyond noise_z binomial standard errors fails
+    noise_z: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 3.0
 
 
 class BaselineConfig(_Section):
@@ -215,6 +238,7 @@ class GateConfig(_Section):
     readiness: ReadinessConfig = Field(default_factory=ReadinessConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     answers: AnswersConfig = Field(default_factory=AnswersConfig)
+    accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig)
     throughput: ThroughputConfig = Field(default_factory=ThroughputConfig)
     single_stream: SingleStreamConfig = Field(default_factory=SingleStreamConfig)
     stability: StabilityConfig = Field(default_factory=StabilityConfig)

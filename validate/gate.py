@@ -1,36 +1,49 @@
 """The gate: run the phases in order (validate/phases.py), judge each (validate/checks.py), build the report.
 
-Order: readiness, server info, sampler warm-up, single stream, throughput (repeated),
-stability sweep, then the output check, the log scan and the baseline. A phase that
-finds the server dead or wedged stops the phases after it (listed as skipped), so a
-broken host fails quickly and says where it broke. The verdict is "pass" only when
-every check passed.
+Order: readiness, server info, sampler warm-up, answers (probes, reference answers), accuracy,
+single stream, throughput (repeated), stability sweep, then the output check, the log scan and
+the baseline. A phase that finds the server dead, wedged or stalled stops the phases after it
+(listed as skipped), so a broken host fails quickly and says where it broke. The verdict is
+"pass" only when every check passed.
+
+Bounded until the end: ``deadline_s`` bounds the whole gate, report included. Measuring stops
+``reserve`` seconds before it (a tenth of it, at most a minute), which leaves the log fetch and
+scan, the judging, the baseline's lock and the report their own share; the signal handlers stay
+in place until the report is written (:meth:`Gate.run_then`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import __version__ as GATE_VERSION
 from . import baseline as baseline_store
 from . import checks as judge
-from .answers import reference_phase
 from .checks import Check
 from .client import make_session
 from .config import GateConfig
 from .limits import raise_open_files
 from .logscan import DOCKER_PREFIX, LogScanResult, container_log_path, fetch_container_log, scan_logs
 from .metrics import KEY_METRICS, METRIC_DEFINITIONS
-from .phases import Measurements, Measurer, StabilityStep
+from .phases import Measurements, Measurer, ScoredAnswer, StabilityStep, accuracy_settings, reference_prompts
 from .serverinfo import TEST_ENGINE_NOTE
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+T = TypeVar("T")
+
+
+def reserve_s(deadline_s: float) -> float:
+    """Seconds kept after measuring for the log fetch and scan, the judges and the report."""
+    return min(60.0, deadline_s / 10)
 
 
 @dataclass
@@ -69,53 +82,101 @@ def key_noise(tp: dict[str, Any] | None, ss: dict[str, Any] | None) -> dict[str,
     return out
 
 
+@dataclass
+class GroupReference:
+    """What ``--baseline`` holds: the group's reference, none yet, or why it cannot be read."""
+
+    path: str
+    reference: baseline_store.Reference | None = None
+    error: str = ""
+
+    @classmethod
+    def read(cls, path: str) -> GroupReference:
+        try:
+            found = baseline_store.load(path)
+        except baseline_store.BaselineError as exc:
+            return cls(path, error=str(exc))
+        return cls(path, found.reference if found else None)
+
+    def why_not(self, engine: str) -> str:
+        """Why nothing of this reference can be compared with a gate on ``engine`` ("" when it can)."""
+        if self.error:
+            return f"the group's reference cannot be read: {self.error}"
+        ref = self.reference
+        if ref is not None and ref.engine != engine:
+            return f"the reference was measured on engine {ref.engine!r}, this server is {engine!r}"
+        return ""
+
+    def part(self, engine: str, name: str, label: str, settings_now: dict[str, Any]) -> tuple[Any, str, str]:
+        """(the stored part, when the reference is from, why it cannot be compared) for ``name`` ("answers",
+        "accuracy"); (None, "", "") when the group has no reference yet (this gate records)."""
+        ref = self.reference
+        why = self.why_not(engine)
+        if ref is None or why:
+            return None, ref.started_at if ref else "", why
+        stored = getattr(ref, name)
+        when = ref.started_at or "an unknown time"
+        if stored is None:
+            return (
+                None,
+                ref.started_at,
+                f"the group's reference (from {when}) has no {label} (written by an older gate, or with it off)",
+            )
+        then = baseline_store.answer_settings(stored) if name == "answers" else stored.get("settings") or {}
+        changed = baseline_store.changes(then, settings_now)
+        if changed:
+            return (
+                None,
+                ref.started_at,
+                f"{label} settings changed since the reference (from {when}): " + "; ".join(changed),
+            )
+        return stored, ref.started_at, ""
+
+
 def compare_baseline(
-    path: str | None,
+    group: GroupReference | None,
     engine: str,
     config: GateConfig,
     now: dict[str, float | None],
     noise: dict[str, float | None] | None = None,
 ) -> tuple[dict[str, Any], list[Check]]:
-    """Read the group's reference now (after the load: a wave's first gate may have written it) and compare."""
-    info: dict[str, Any] = {"path": path, "used": False}
-    if not path:
-        info["note"] = "no --baseline given: no regression check"
-        return info, []
-    try:
-        ref_file = baseline_store.load(path)
-    except baseline_store.BaselineError as exc:
-        info["note"] = f"baseline not compared: {exc}"
-        return info, []
-    if ref_file is None:
-        info["note"] = f"no baseline yet at {path}: no regression check this run"
-        return info, []
-    ref = ref_file.reference
-    info["reference"] = {"started_at": ref.started_at, "labels": ref.labels, "how": ref.how}
-    if ref.engine != engine:
-        info["note"] = f"baseline was measured on engine {ref.engine!r}, this server is {engine!r}: not compared"
-        return info, []
-    mine = baseline_store.workload(config.model_dump())
-    changed = [f"{k}: {ref.workload.get(k)!r} -> {v!r}" for k, v in mine.items() if ref.workload.get(k) != v]
-    if changed:
-        info["note"] = "baseline measured a different workload, not compared (" + "; ".join(changed) + ")"
-        return info, []
-    checks = judge.baseline(ref.key_metrics, now, config, ref.noise, noise or {})
+    """The key metrics against the group's reference (read after the load: a wave's first gate may have
+    written it). ``baseline.reference`` says whether they could be compared, and why not."""
+    if group is None:
+        return {"path": None, "used": False, "note": "no --baseline given: no regression check"}, []
+    info: dict[str, Any] = {"path": group.path, "used": False}
+    ref = group.reference
+    why = group.why_not(engine)
+    if not why and ref is not None:
+        mine = baseline_store.workload(config.model_dump())
+        changed = baseline_store.changes(ref.workload, mine)
+        if changed:
+            why = "the workload changed since the reference was measured: " + "; ".join(changed)
+    first = judge.group_reference(group.path, why, ref.started_at if ref is not None else None)
+    info["note"] = first.message
+    if ref is None or why:
+        return info, [first]
     info.update(
         used=True,
-        note=f"compared with the group's reference from {ref.started_at or 'unknown time'} ({ref.how})",
+        reference={"started_at": ref.started_at, "labels": ref.labels, "how": ref.how},
         tolerance=config.baseline.tolerance,
         values={k: {"baseline": ref.key_metrics.get(k), "measured": now.get(k)} for k in config.baseline.metrics},
     )
-    return info, checks
+    return info, [first, *judge.baseline(ref.key_metrics, now, config, ref.noise, noise or {})]
 
 
-def scan(
-    logs: list[str], config: GateConfig, report_dir: str | None, since: str | None, window: tuple[str, ...] = ()
+async def scan(
+    logs: list[str],
+    config: GateConfig,
+    report_dir: str | None,
+    since: str | None,
+    offsets: dict[str, int] | None = None,
+    deadline: float | None = None,
 ) -> LogScanResult:
     """Scan log files; ``docker:NAME`` entries are fetched now (``--since`` the gate's start) next to the report.
 
-    ``window``: files that hold only the gate's window (a start banner there is a restart), besides
-    the fetched ones."""
+    ``offsets``: each file's size when the gate started (a fetched window file starts at 0);
+    ``deadline`` (``time.monotonic()``): the fetch and the scan end by then."""
     files: list[str] = []
     errors: list[str] = []
     for entry in logs:
@@ -124,16 +185,26 @@ def scan(
             continue
         name = entry[len(DOCKER_PREFIX) :]
         dest = container_log_path(report_dir or ".", name)
-        err = fetch_container_log(name, dest, since)
+        left = deadline - time.monotonic() if deadline is not None else 300.0
+        err = await fetch_container_log(name, dest, since, left)
         if err:
             errors.append(err)
         else:
             files.append(str(dest))
     lc = config.logs
-    window = [f for f in files if f not in logs or f in window]  # fetched with --since the gate's start
-    res = scan_logs(files, {s.name: s.pattern for s in lc.extra_signatures}, lc.context_lines, window)
+    res = scan_logs(files, {s.name: s.pattern for s in lc.extra_signatures}, lc.context_lines, offsets, deadline)
     res.errors = errors + res.errors
     return res
+
+
+def _sizes(logs: list[str]) -> dict[str, int]:
+    """Each log file's size now (the gate's start): banners before it are starts before the gate."""
+    out = {}
+    for entry in logs:
+        if not entry.startswith(DOCKER_PREFIX):
+            with contextlib.suppress(OSError):
+                out[entry] = os.path.getsize(entry)
+    return out
 
 
 class Gate:
@@ -149,9 +220,19 @@ class Gate:
         self.m = Measurements()
         self.down = ""  # why the phases after this point are skipped ("" while the server is fine)
         self.phase = "start"
-        self.stopped = ""  # why the gate stopped early (deadline, signal, its own error)
+        self.stopped = ""  # why the gate stopped measuring early (deadline, signal, its own error)
+        self.interrupted = False  # a signal or the final deadline: nothing optional after it, only the report
         self.step_passed: dict[int, bool] = {}  # stability step number -> the judge's verdict
         self.confirmation: dict[str, Any] | None = None  # what _confirm measured again, and why
+        self.t0 = time.monotonic()
+        self.group: GroupReference | None = None  # read before the answers phases (and again after the load)
+        self.offsets: dict[str, int] = {}
+        self._task: asyncio.Future[Any] | None = None
+        self._measuring = False
+
+    def remaining(self) -> float:
+        """Seconds left before ``deadline_s``, from the gate's start."""
+        return self.t0 + self.c.deadline_s - time.monotonic()
 
     def _add(self, *found: Check | None) -> None:
         for check in found:
@@ -191,10 +272,19 @@ class Gate:
             [1]  # the single stream and the probes
             + ([min(tp.num_prompts, tp.max_concurrency or tp.num_prompts)] if tp.enabled else [])
             + (list(c.stability.concurrency) if c.stability.enabled else [])
+            + ([min(c.accuracy.concurrency, c.accuracy.questions)] if c.accuracy.enabled else [])
         )
         self.m.file_limit = raise_open_files(biggest)
         if self.m.file_limit.adjusted:
             self.say(self.m.file_limit.note)
+
+    def _warmed(self) -> tuple[str, float] | None:
+        """The sampled phase the warm-up warms, and its deadline (the warm-up waits no longer); None: none samples."""
+        if self.c.throughput.enabled:
+            return "throughput.timeout_s", self.c.throughput.timeout_s
+        if self.c.stability.enabled:
+            return "stability.step_timeout_s", self.c.stability.step_timeout_s
+        return None
 
     async def _measure(self) -> None:
         async with make_session() as session:
@@ -215,9 +305,12 @@ class Gate:
                     self.down = "the server serves another model"
                 await self._identity(mm, "after readiness")
                 self._health("readiness", await mm.health("after readiness"))
-            if not self.down:
+            warmed = self._warmed()
+            if warmed is None:
+                self.skipped.append("sampler_warmup: no sampled phase runs (throughput and stability are off)")
+            elif not self.down:
                 self.phase = "sampler warm-up"
-                self.m.warmup = await mm.sampler_warmup()
+                self.m.warmup = await mm.sampler_warmup(warmed[1], warmed[0])
                 self._add(judge.sampler_warmup(self.m.warmup))
                 if not self.m.warmup.ok:  # a server that hangs or dies at its first request stops the gate here
                     self._health("sampler_warmup", await mm.health("after the failed warm-up request"))
@@ -226,6 +319,7 @@ class Gate:
             off = "disabled in config"
             phases = [
                 ("answers", self._answers_off(), self._answers),
+                ("accuracy", "" if self.c.accuracy.enabled else off, self._accuracy),
                 ("single_stream", "" if self.c.single_stream.enabled else off, self._single_stream),
                 ("throughput", "" if self.c.throughput.enabled else off, self._throughput),
                 ("stability", "" if self.c.stability.enabled else off, self._stability),
@@ -254,11 +348,14 @@ class Gate:
         ss = self.m.single_stream.to_dict() if self.m.single_stream else None
         return tp, ss, key_metrics(tp, ss), key_noise(tp, ss)
 
+    def _engine(self) -> str:
+        return self.m.server.summary["engine"] if self.m.server else "unknown"
+
     def _compare(self) -> tuple[dict[str, Any], list[Check]]:
-        """The key metrics measured so far against the group's reference."""
+        """The key metrics measured so far against the group's reference (read now)."""
         _, _, km, kn = self._key_figures()
-        engine = self.m.server.summary["engine"] if self.m.server else "unknown"
-        return compare_baseline(self.o.baseline_path, engine, self.c, km, kn)
+        group = GroupReference.read(self.o.baseline_path) if self.o.baseline_path else None
+        return compare_baseline(group, self._engine(), self.c, km, kn)
 
     async def _confirm(self, mm: Measurer) -> None:
         """A regression must persist before it fails a host: measure the phase again, then judge.
@@ -273,7 +370,7 @@ class Gate:
         if not (bc.confirm and self.o.baseline_path):
             return
         _, checks = self._compare()
-        failing = [c.name.removeprefix("baseline.") for c in checks if not c.passed]
+        failing = [c.name.removeprefix("baseline.") for c in checks if not c.passed and c.name != "baseline.reference"]
         if not failing:
             return
         again = ["single_stream"] if "single_stream_decode_tok_s" in failing else []
@@ -314,6 +411,12 @@ class Gate:
     def _reference_wanted(self) -> bool:
         return self.c.answers.reference.enabled and self.o.baseline_path is not None
 
+    def _group(self) -> GroupReference | None:
+        """The group's reference as the answers phases see it (read once, before them)."""
+        if self.group is None and self.o.baseline_path:
+            self.group = GroupReference.read(self.o.baseline_path)
+        return self.group
+
     async def _answers(self, mm: Measurer) -> None:
         assert self.m.server is not None
         if self.c.answers.probes:
@@ -321,13 +424,40 @@ class Gate:
             self._add(*judge.probes(self.m.probes, self.c))
             if any(p.request.failure == "timeout" for p in self.m.probes):
                 self._stall("a probe did not finish")
-        if self._reference_wanted() and not self.down:
-            self.m.reference = await reference_phase(mm, self.o.baseline_path)
-            self._add(judge.reference(self.m.reference, self.c))
+        group = self._group()
+        if not (self._reference_wanted() and group is not None) or self.down:
+            return
+        rc = self.c.answers.reference
+        now = baseline_store.answer_settings(
+            {"max_new_tokens": rc.max_new_tokens, "answers": [{"prompt": p} for p in reference_prompts()]}
+        )
+        stored, when, why = group.part(self._engine(), "answers", "reference answers", now)
+        answers = [ScoredAnswer(**a) for a in stored["answers"]] if stored else None
+        res = self.m.reference = await mm.reference(answers, when)
+        res.not_compared = why
+        self._add(judge.reference(res, self.c))
+        if res.timed_out:
+            self._stall(f"a reference answer did not come within answers.reference.timeout_s = {rc.timeout_s:g}s")
+
+    async def _accuracy(self, mm: Measurer) -> None:
+        res = self.m.accuracy = await mm.accuracy()
+        group = self._group()
+        if group is not None:
+            stored, res.reference_from, res.not_compared = group.part(
+                self._engine(), "accuracy", "accuracy", accuracy_settings(self.c.accuracy)
+            )
+            res.reference = stored
+        g = judge.grade(res)
+        self.say(
+            f"accuracy: {g.correct} of {g.questions} right ({g.accuracy:.3f}), {g.invalid} invalid, "
+            f"in {res.seconds:.1f}s"
+        )
+        self._add(*judge.accuracy(res, g, self.c, group is not None))
+        if res.timed_out:
+            self._stall(f"accuracy questions unanswered at the {res.deadline_s:g}s deadline")
 
     async def _single_stream(self, mm: Measurer) -> None:
-        assert self.m.server is not None  # phases run only after readiness, which read the server info
-        ss = self.m.single_stream = await mm.single_stream(self.m.server.model)
+        ss = self.m.single_stream = await mm.single_stream()
         self._add(*judge.single_stream(ss, self.c))
         self._health("single_stream", await mm.health("after the single stream"))
         if ss.request.failure == "timeout":
@@ -369,47 +499,118 @@ class Gate:
             d["passed"] = self.step_passed[st.step]
         return d
 
-    async def _measure_bounded(self) -> None:
-        """Measure until done, the overall deadline, SIGTERM/SIGINT or a gate error; then say where it stopped."""
+    # ----- bounded until the end -----
+
+    def _stop(self, why: str, hard: bool) -> None:
+        """Stop measuring (``hard``: a signal or the final deadline: stop whatever runs, go to the report)."""
+        if not self.stopped:
+            self.stopped = why
+        if hard:
+            self.interrupted = True
+        if self._task is not None and not self._task.done() and (hard or self._measuring):
+            self._task.cancel()
+
+    @contextlib.asynccontextmanager
+    async def guarded(self) -> AsyncIterator[None]:
+        """SIGTERM/SIGINT and the final deadline stop the gate from here until the block ends (the
+        report written): a signal never kills the gate before its report exists."""
         loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(self._measure())
-
-        def stop(why: str) -> None:
-            if not task.done():
-                self.stopped = why
-                task.cancel()
-
-        signals = [sig for sig in (signal.SIGTERM, signal.SIGINT) if _can_handle(loop, sig, stop)]
-        timer = loop.call_later(self.c.deadline_s, stop, f"the gate's deadline_s ({self.c.deadline_s:g}s) passed")
+        d = self.c.deadline_s
+        signals = [sig for sig in (signal.SIGTERM, signal.SIGINT) if _can_handle(loop, sig, self._stop)]
+        timer = loop.call_at(loop.time() + self.remaining(), self._stop, f"the gate's deadline_s ({d:g}s) passed", True)
         try:
-            await task
-        except asyncio.CancelledError:
-            if not self.stopped:
-                raise
-        except Exception as exc:  # the gate's own bug outside a phase: still a report, never a traceback
-            self.stopped = f"gate error {exc.__class__.__name__}: {exc}"[:300]
+            yield
         finally:
             timer.cancel()
             for sig in signals:
                 loop.remove_signal_handler(sig)
+
+    async def _bounded(self, coro: Coroutine[Any, Any, T], measuring: bool = False) -> T | None:
+        """Run ``coro`` until done, a stop, or (``measuring``) the measurement's own deadline; None when stopped."""
+        if self.interrupted or (measuring and self.stopped):
+            coro.close()
+            return None
+        self._measuring = measuring
+        task = self._task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+        d = self.c.deadline_s
+        timer = (
+            loop.call_at(
+                loop.time() + self.remaining() - reserve_s(d),
+                self._stop,
+                f"the gate's deadline_s ({d:g}s) passed",
+                False,
+            )
+            if measuring
+            else None
+        )
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not self.stopped:
+                raise
+            return None
+        except Exception as exc:  # the gate's own bug outside a phase: still a report, never a traceback
+            if not self.stopped:
+                self.stopped = f"gate error {exc.__class__.__name__}: {exc}"[:300]
+            return None
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._task = None
+            self._measuring = False
+
+    async def _logs(self, started: datetime) -> LogScanResult:
+        deadline = self.t0 + self.c.deadline_s - 1.0  # a second for the judges and the report
+        return await scan(self.o.logs, self.c, self.o.report_dir, started.isoformat(), self.offsets, deadline)
+
+    def _earlier_starts(self, logs: LogScanResult | None) -> list[str]:
+        """Starts before the gate: a log's earlier banners, a container Docker restarted before."""
+        out = list(logs.earlier_starts) if logs else []
+        first = self.m.identities[0].facts if self.m.identities else {}
+        count = first.get("docker_restart_count")
+        if isinstance(count, int) and count > 0:
+            out.append(f"container {self._container()}: Docker restarted it {count} time(s) before the gate")
+        return out
+
+    async def run(self) -> dict[str, Any]:
+        """Measure and judge; returns the report (the signal handlers are in place while it runs)."""
+        async with self.guarded():
+            return await self._run()
+
+    async def run_then(self, finish: Callable[[dict[str, Any], float], T]) -> T:
+        """Measure and judge, then ``finish(report, seconds left)`` (write it, record the baseline) with
+        the signal handlers still in place: a SIGTERM then waits for the report instead of losing it."""
+        async with self.guarded():
+            report = await self._run()
+            return finish(report, self.remaining())
+
+    async def _run(self) -> dict[str, Any]:
+        started = datetime.now(UTC)
+        self.t0 = time.monotonic()
+        self.offsets = _sizes(self.o.logs)
+        self._open_files()
+        await self._bounded(self._measure(), measuring=True)
         if self.stopped:
             text = f"FAILED stopped in phase {self.phase} because {self.stopped}; the report holds what was measured"
             self._add(Check("gate.stopped", False, self.phase, None, "", text))
             self.skipped.append(f"{self.phase}: stopped, {self.stopped}")
-
-    async def run(self) -> dict[str, Any]:
-        started = datetime.now(UTC)
-        self._open_files()
-        await self._measure_bounded()
         self._add(judge.output(self.m.results))
-        scanned = self.c.logs.enabled and bool(self.o.logs)
-        logs = scan(self.o.logs, self.c, self.o.report_dir, started.isoformat()) if scanned else None
-        if logs is not None:
-            self._add(judge.logs(logs))
+        logs: LogScanResult | None = None
+        if self.c.logs.enabled and self.o.logs:
+            logs = await self._bounded(self._logs(started))
+            if logs is None:
+                err = f"the gate stopped before its logs were read ({self.stopped})"
+                self._add(Check("logs.crash_signatures", False, None, 0, "matches", f"FAILED cannot read log: {err}"))
+            else:
+                self._add(judge.logs(logs))
         elif self.c.logs.enabled:
             self.skipped.append("logs: no --log file given")
-        self._add(judge.restarted(self.m.identities, logs.restarts if logs else []))
+        self._add(judge.restarted(self.m.identities, logs.restarts if logs else [], self._earlier_starts(logs)))
         self._add(judge.health_latency(self.m.health, self.c.readiness.max_health_latency_s))
+        return self._report(started, logs)
+
+    def _report(self, started: datetime, logs: LogScanResult | None) -> dict[str, Any]:
         summary = self.m.server.summary if self.m.server else {"engine": "unknown", "source": "unavailable"}
         engine = summary["engine"]
         tp, ss, km, kn = self._key_figures()
@@ -426,6 +627,7 @@ class Gate:
             base_info["confirmation"] = self.confirmation
         self._add(*base_checks)
         m = self.m
+        grade = judge.grade(m.accuracy) if m.accuracy else None
         phases: dict[str, Any] = {
             "readiness": asdict(m.readiness) if m.readiness else None,
             "open_files": asdict(m.file_limit) if m.file_limit else None,
@@ -437,6 +639,7 @@ class Gate:
             ]
             or None,
             "reference": m.reference.to_dict() if m.reference else None,
+            "accuracy": {**m.accuracy.to_dict(), **grade.to_dict()} if m.accuracy and grade else None,
             "single_stream": ss,
             "throughput": tp or (m.throughput.to_dict() if m.throughput else None),
             "single_stream_first": m.first_single_stream.to_dict() if m.first_single_stream else None,
@@ -447,6 +650,15 @@ class Gate:
             "server_info_raw": m.server.raw if m.server else None,
             "server_info_note": m.server.note if m.server else None,
         }
+        accuracy = None
+        if m.accuracy and grade:
+            accuracy = {
+                "settings": m.accuracy.settings,
+                "questions": grade.questions,
+                "correct": grade.correct,
+                "invalid": grade.invalid,
+                "accuracy": round(grade.accuracy, 4),
+            }
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": f"sglang-gate {GATE_VERSION}",
@@ -455,7 +667,7 @@ class Gate:
             "engine_note": TEST_ENGINE_NOTE if engine == "test-engine" else "",
             "url": self.base,
             "started_at": started.isoformat(timespec="seconds"),
-            "duration_s": round((datetime.now(UTC) - started).total_seconds(), 2),
+            "duration_s": round(time.monotonic() - self.t0, 2),
             "stopped": {"phase": self.phase, "reason": self.stopped} if self.stopped else None,
             "labels": self.o.labels,
             "config_file": self.o.config_path,
@@ -467,20 +679,29 @@ class Gate:
             "skipped": self.skipped,
             "key_metrics": km,
             "key_noise": kn,
+            # this gate's own answers and accuracy: stored when it becomes the group's reference
             "reference_answers": m.reference.recorded if m.reference and m.reference.recorded else None,
+            "accuracy": accuracy,
             "baseline": base_info,
             "phases": {k: v for k, v in phases.items() if v is not None},
             "metric_definitions": METRIC_DEFINITIONS,
         }
 
 
-def _can_handle(loop: asyncio.AbstractEventLoop, sig: signal.Signals, stop: Callable[[str], None]) -> bool:
+def _can_handle(loop: asyncio.AbstractEventLoop, sig: signal.Signals, stop: Callable[[str, bool], None]) -> bool:
     """Install ``stop`` for ``sig`` (only possible in the main thread); whether it was installed."""
     try:
-        loop.add_signal_handler(sig, stop, f"it received {sig.name}")
+        loop.add_signal_handler(sig, stop, f"it received {sig.name}", True)
     except (ValueError, RuntimeError, NotImplementedError):
         return False
     return True
+
+
+def _judged(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with its failed checks and verdict judged again from its checks."""
+    report["failed_checks"] = [c["name"] for c in report["checks"] if not c["passed"]]
+    report["verdict"] = judge.verdict([Check(**c) for c in report["checks"]])
+    return report
 
 
 def rejudge_logs(report: dict[str, Any], config: GateConfig, logs: list[str], report_dir: str) -> dict[str, Any]:
@@ -488,22 +709,29 @@ def rejudge_logs(report: dict[str, Any], config: GateConfig, logs: list[str], re
 
     The rollout fetches the container's log (``docker logs --since <gate start>``) after
     the gate, from a host the controller-side gate cannot read; the files the gate
-    already scanned are scanned again with them, and the ``logs.crash_signatures`` check
-    (and ``server.restarted`` when the window shows a start banner) and the verdict are replaced.
+    already scanned are scanned again (from the offsets they had at the gate's start) with
+    them (window files: from their first byte), and the ``logs.crash_signatures`` check (and
+    ``server.restarted`` when the window shows a start banner) and the verdict are replaced.
     """
     before = (report.get("phases") or {}).get("logs") or {}
     earlier = before.get("files") or []
     files = [f for f in earlier if Path(f).is_file()] + [f for f in logs if f not in earlier]
-    res = scan(files, config, report_dir, None, (*before.get("window", []), *logs))
+    offsets = {f: int(n) for f, n in (before.get("offsets") or {}).items() if f in files}
+    res = asyncio.run(scan(files, config, report_dir, None, offsets))
     new = [judge.logs(res)]
     replaced = {"logs.crash_signatures"}
     if res.restarts:  # a start banner in the gate's window: the server restarted while it was gated
-        new.append(judge.restarted([], res.restarts))
+        new.append(judge.restarted([], res.restarts, res.earlier_starts))
         replaced.add("server.restarted")
     kept = [c for c in report.get("checks", []) if c.get("name") not in replaced]
     report["checks"] = [*kept, *(asdict(c) for c in new if c is not None)]
-    report["failed_checks"] = [c["name"] for c in report["checks"] if not c["passed"]]
-    report["verdict"] = judge.verdict([Check(**c) for c in report["checks"]])
     report.setdefault("phases", {})["logs"] = res.to_dict()
     report["skipped"] = [s for s in report.get("skipped", []) if not s.startswith("logs:")]
-    return report
+    return _judged(report)
+
+
+def promote(report: dict[str, Any]) -> dict[str, Any]:
+    """``--promote-baseline``: this gate replaces its group's reference on purpose, so the comparisons
+    the old one could not make are accepted (checks.promoted); every other check stands."""
+    report["checks"] = [asdict(judge.promoted(Check(**c))) for c in report.get("checks", [])]
+    return _judged(report)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import numpy as np
 
-from .answers import AnswerRule
+from .checks import AnswerRule
 from .client import generate_body, generate_stream, prewarm
 from .metrics import BenchMetrics, RequestResult, compute_metrics
 

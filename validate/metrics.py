@@ -4,12 +4,12 @@ Source read: ``sglang/benchmark/serving.py`` (``calculate_metrics``,
 ``async_request_sglang_generate``). Definitions, per successful request:
 
 * TTFT: time from sending the request to the first chunk with non-empty text.
-* ITL: for each later chunk carrying n new tokens (server-reported
-  ``completion_tokens`` delta), n gaps of (chunk gap / n).
+* ITL: for each later chunk carrying n new tokens (the streamed ``output_ids`` delta;
+  bench_serving reads the server-reported ``completion_tokens``), n gaps of (chunk gap / n).
 * TPOT: (E2E - TTFT) / (output_len - 1), only for output_len > 1.
 * E2E latency: time from sending to the last chunk (``[DONE]``).
-* output_len: the tokens really streamed (``output_ids`` of /generate; the OpenAI routes'
-  usage checked against the streamed pieces). bench_serving takes the server's claim, or
+* output_len: the tokens really streamed (``output_ids`` of /generate; a stream without
+  them is a failed request, ``uncounted``). bench_serving takes the server's claim, or
   the requested length; the gate never does: a claim that differs from the stream is a
   failed request (``usage_mismatch``), and so is a short one.
 * Throughputs: totals over *successful* requests divided by the wall duration of
@@ -50,7 +50,8 @@ FAILURE_REASONS = {
     "event_too_large": "one SSE event exceeded the size cap",
     "bad_payload": "an event was not valid JSON",
     "timeout": "no complete answer before the phase deadline",
-    "degenerate": "the answer was one token or character repeated, empty, or not decodable (validate/answers.py)",
+    "degenerate": "the answer was one token or character repeated, empty, or not decodable (validate/checks.py)",
+    "uncounted": "a /generate stream without output_ids: its tokens cannot be counted from what it streamed",
     "usage_mismatch": "the server's token count (meta_info / usage) differs from what it streamed",
     "overlong": "more tokens than max_new_tokens / max_tokens",
 }
@@ -242,7 +243,8 @@ METRIC_DEFINITIONS = {
     "peak_output_tok_s": "max 1-second bucket of token arrival times",
     "peak_concurrency": "max 1-second bucket of requests in flight",
     "concurrency": "sum(e2e) / duration",
-    "single_stream_decode_tok_s": "(completion_tokens - 1) / (e2e - ttft), i.e. 1 / TPOT",
+    "single_stream_decode_tok_s": "(streamed output tokens - 1) / (e2e - ttft), i.e. 1 / TPOT, of a lone greedy "
+    "/generate",
 }
 
 

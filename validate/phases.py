@@ -13,13 +13,25 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
-from .answers import AnswerRule
-from .client import chat_stream, generate_body, generate_stream, get_json, probe
-from .config import GateConfig
+from . import arithmetic
+from .checks import AnswerRule
+from .client import (
+    GenerateError,
+    chat_stream,
+    generate_body,
+    generate_json,
+    generate_stream,
+    get_json,
+    probe,
+    text_body,
+)
+from .config import AccuracyConfig, GateConfig
 from .limits import FileLimit
 from .load import LoadResult, random_ids, run_load
 from .metrics import BenchMetrics, RequestResult, Spread, aggregate_runs, key_metric_spreads
@@ -225,6 +237,139 @@ class ProbeResult:
     request: RequestResult
 
 
+# ----- the group's reference answers -----
+#
+# A server can stream fluent, varied text and still compute the wrong thing (a quantized
+# GEMM off by a scale, a wrong attention backend, another checkpoint). The reference phase
+# compares what the model *believes*: every gate with --baseline answers a fixed prompt set
+# greedily and scores its own answers (per-token log-probabilities with teacher forcing:
+# SGLang's ``return_logprob`` with ``logprob_start_len``, one prefill each); those are stored
+# when the gate becomes its group's reference. When the group has comparable answers, this
+# server also scores theirs: the same weights and kernels give the same log-likelihood to
+# within numerical noise, other weights or a broken kernel do not. Both sides are scored on
+# the same path (prefill), never decode against prefill. The verdict: checks.reference.
+
+REFERENCE_PROMPTS = Path(__file__).with_name("data") / "reference_prompts.yml"
+
+
+def reference_prompts() -> list[str]:
+    data = yaml.safe_load(REFERENCE_PROMPTS.read_text(encoding="utf-8"))
+    assert isinstance(data, list) and all(isinstance(p, str) and p for p in data), REFERENCE_PROMPTS
+    return data
+
+
+@dataclass
+class ScoredAnswer:
+    prompt: str
+    prompt_ids: list[int]
+    answer_ids: list[int]
+    logprobs: list[float]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else 0.0
+
+
+@dataclass
+class ReferenceResult:
+    """This server's own scored greedy answers and, when the group has comparable ones, how far its
+    scores of those moved. ``mode``: "recorded" (none compared), "compared" or "error"."""
+
+    mode: str
+    error: str = ""
+    recorded: dict[str, Any] | None = None  # this gate's answers: stored when it becomes the group's reference
+    deltas: list[float] = field(default_factory=list)  # |mean log-likelihood now - reference|, per answer
+    divergence: list[int | None] = field(default_factory=list)  # first token where the greedy answer differs
+    reference_from: str = ""
+    not_compared: str = ""  # why the group's answers could not be compared (set by the gate)
+    timed_out: bool = False
+
+    @property
+    def worst(self) -> float:
+        return max(self.deltas) if self.deltas else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "error": self.error,
+            "answers": len((self.recorded or {}).get("answers", [])),
+            "deltas": [round(d, 4) for d in self.deltas],
+            "worst_delta": round(self.worst, 4),
+            "first_divergence": self.divergence,
+            "reference_from": self.reference_from,
+            "not_compared": self.not_compared,
+            "timed_out": self.timed_out,
+        }
+
+
+def _logprob_entries(meta: dict[str, Any], key: str) -> list[tuple[float | None, int]]:
+    entries = meta.get(key)
+    if not isinstance(entries, list):
+        raise GenerateError("bad_payload", f"the server returned no {key} (return_logprob unsupported?)")
+    out = []
+    for e in entries:
+        if not isinstance(e, list | tuple) or len(e) < 2:
+            raise GenerateError("bad_payload", f"{key}: unexpected entry {e!r}"[:200])
+        out.append((None if e[0] is None else float(e[0]), int(e[1])))
+    return out
+
+
+# ----- accuracy on known answers -----
+
+
+@dataclass
+class AccuracyAnswer:
+    """What the server answered to one question (graded by checks.grade)."""
+
+    index: int
+    expected: int
+    text: str = ""
+    output_tokens: int | None = None  # len(output_ids), when the server returned them
+    finish: str = ""  # SGLang's finish_reason type: stop | length
+    failure: str = ""  # a FAILURE_REASONS key when no answer came
+    error: str = ""
+
+
+@dataclass
+class AccuracyResult:
+    """The accuracy phase: every question's answer, how long it took, and (set by the gate) the
+    group's reference accuracy when it is comparable."""
+
+    settings: dict[str, Any]
+    answers: list[AccuracyAnswer]
+    seconds: float
+    deadline_s: float
+    timed_out: bool = False
+    reference: dict[str, Any] | None = None  # the group's stored accuracy (same settings)
+    reference_from: str = ""
+    not_compared: str = ""  # why the group's accuracy could not be compared (set by the gate)
+
+    def to_dict(self) -> dict[str, Any]:
+        counted = [a.output_tokens for a in self.answers if a.output_tokens is not None]
+        return {
+            "settings": self.settings,
+            "seconds": self.seconds,
+            "deadline_s": self.deadline_s,
+            "timed_out": self.timed_out,
+            "output_tokens": sum(counted),
+            "reference_from": self.reference_from,
+            "not_compared": self.not_compared,
+        }
+
+
+def accuracy_settings(ac: AccuracyConfig) -> dict[str, Any]:
+    """What makes two accuracy figures comparable: the exact question set and how it is asked."""
+    return {
+        "set": arithmetic.NAME,
+        "version": arithmetic.VERSION,
+        "seed": ac.seed,
+        "questions": ac.questions,
+        "shots": ac.shots,
+        "max_new_tokens": ac.max_new_tokens,
+        "fingerprint": arithmetic.fingerprint(ac.seed, ac.questions, ac.shots),
+    }
+
+
 @dataclass
 class Measurements:
     """Everything the phases measured in one gate run (what the judges read)."""
@@ -234,7 +379,8 @@ class Measurements:
     identities: list[Identity] = field(default_factory=list)
     warmup: Warmup | None = None
     probes: list[ProbeResult] = field(default_factory=list)
-    reference: Any = None  # answers.ReferenceResult
+    reference: ReferenceResult | None = None
+    accuracy: AccuracyResult | None = None
     single_stream: SingleStream | None = None
     throughput: Throughput | None = None
     stability: list[StabilityStep] = field(default_factory=list)
@@ -358,33 +504,34 @@ class Measurer:
             facts.update(await docker_state(self.container))
         return Identity(when, facts, "" if si else f"server info: {err}")
 
-    async def sampler_warmup(self) -> Warmup:
+    async def sampler_warmup(self, timeout_s: float, of: str) -> Warmup:
         """One untimed sampled request (the config's sampling) before anything is measured.
 
         SGLang's start-up warm-up is greedy, so FlashInfer's sampling kernel is JIT-built
         by the first sampled request: minutes on a cold cache (docs/flashinfer-cache.md),
         which must not land in a measured TTFT. It is judged like any request: on a GPU
         whose sampling kernel is missing every sampled request fails, and so does this one.
+        It waits no longer than the phase it warms (``of``, ``timeout_s``) would wait.
         """
         body = generate_body([1, 2, 3, 4], 4, {**self.sampling, "temperature": self.sampling["temperature"] or 0.7})
         t0 = time.monotonic()
-        to = self.c.single_stream.timeout_s
         try:
-            r = await asyncio.wait_for(generate_stream(self.s, self.base + "/generate", body, 4, 4), timeout=to)
+            r = await asyncio.wait_for(generate_stream(self.s, self.base + "/generate", body, 4, 4), timeout=timeout_s)
         except TimeoutError:
             r = RequestResult(prompt_len=4)
-            r.fail("timeout", f"no complete answer within single_stream.timeout_s = {to:g}s")
+            r.fail("timeout", f"no complete answer within {of} = {timeout_s:g}s (the phase it warms)")
         secs = round(time.monotonic() - t0, 2)
         if secs > 10 or not r.success:
             self.say(f"sampler warm-up request: {'ok' if r.success else r.failure + ': ' + r.error} after {secs:.1f}s")
         return Warmup(r, secs)
 
-    async def single_stream(self, model: str) -> SingleStream:
+    async def single_stream(self) -> SingleStream:
+        """``repeats`` lone greedy requests of the prompt text on streamed /generate: its ids count the tokens."""
         sc = self.c.single_stream
-        self.say(f"single stream: {sc.prompt!r}, max_tokens {sc.max_tokens} (/v1/chat/completions) x {sc.repeats}")
+        self.say(f"single stream: {sc.prompt!r}, max_tokens {sc.max_tokens} (streamed /generate) x {sc.repeats}")
         done: list[RequestResult] = []
         for _ in range(sc.repeats):
-            r = await self._one_stream(model)
+            r = await self._one_stream()
             done.append(r)
             if not r.success:
                 break
@@ -397,29 +544,42 @@ class Measurer:
             )
         return ss
 
-    async def _one_stream(self, model: str) -> RequestResult:
+    async def _one_stream(self) -> RequestResult:
         sc = self.c.single_stream
-        return await self._chat(model, sc.prompt, sc.max_tokens, progress=True)
-
-    async def _chat(self, model: str, prompt: str, max_tokens: int, progress: bool = False) -> RequestResult:
-        """One greedy streamed chat request within single_stream.timeout_s (a timeout is a failure)."""
-        to = self.c.single_stream.timeout_s
+        to = sc.timeout_s
         call = asyncio.wait_for(
-            chat_stream(
+            generate_stream(
                 self.s,
-                self.base + "/v1/chat/completions",
-                model,
-                prompt,
-                max_tokens,
+                self.base + "/generate",
+                text_body(sc.prompt, sc.max_tokens),
+                0,
+                sc.max_tokens,
                 rule=self.rule,
-                stream_interval=self.stream_interval,
+                exact=False,
             ),
             timeout=to,
         )
         try:
-            if progress:
-                return await self._with_progress(call, f"single stream: waiting for the answer (deadline {to:g}s)")
-            return await call
+            return await self._with_progress(call, f"single stream: waiting for the answer (deadline {to:g}s)")
+        except TimeoutError:
+            r = RequestResult()
+            r.fail("timeout", f"no complete answer within single_stream.timeout_s = {to:g}s")
+            return r
+
+    async def _chat(self, model: str, prompt: str, max_tokens: int) -> RequestResult:
+        """One greedy streamed chat request (a probe) within single_stream.timeout_s (a timeout is a failure)."""
+        to = self.c.single_stream.timeout_s
+        call = chat_stream(
+            self.s,
+            self.base + "/v1/chat/completions",
+            model,
+            prompt,
+            max_tokens,
+            rule=self.rule,
+            stream_interval=self.stream_interval,
+        )
+        try:
+            return await asyncio.wait_for(call, timeout=to)
         except TimeoutError:
             r = RequestResult()
             r.fail("timeout", f"no complete answer within single_stream.timeout_s = {to:g}s")
@@ -446,6 +606,118 @@ class Measurer:
             if r.failure == "timeout":
                 break  # a stalled server: the next probe would only wait again
         return out
+
+    async def _generate(self, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        return await generate_json(self.s, self.base + "/generate", body, timeout_s)
+
+    async def greedy_answer(self, prompt: str, max_new: int) -> tuple[list[int], list[int]]:
+        """(prompt ids, greedy answer ids): the prompt's ids come back as input_token_logprobs' ids."""
+        body = {
+            "text": prompt,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+        }
+        data = await self._generate(body, self.c.answers.reference.timeout_s)
+        prompt_ids = [t for _, t in _logprob_entries(data["meta_info"], "input_token_logprobs")]
+        answer = data.get("output_ids")
+        if not isinstance(answer, list) or not answer:
+            raise GenerateError("bad_payload", "the greedy answer has no output_ids")
+        return prompt_ids, [int(t) for t in answer]
+
+    async def score(self, prompt_ids: list[int], answer_ids: list[int]) -> list[float]:
+        """Teacher forcing: the log-probability of each answer token after the prompt and the answer before it."""
+        body = {
+            "input_ids": prompt_ids + answer_ids,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": 1},
+            "return_logprob": True,
+            "logprob_start_len": max(0, len(prompt_ids) - 1),
+        }
+        data = await self._generate(body, self.c.answers.reference.timeout_s)
+        entries = _logprob_entries(data["meta_info"], "input_token_logprobs")
+        tail = entries[-len(answer_ids) :]
+        if len(tail) != len(answer_ids) or [t for _, t in tail] != answer_ids or any(lp is None for lp, _ in tail):
+            raise GenerateError(
+                "bad_payload",
+                f"input_token_logprobs do not line up with the {len(answer_ids)} answer tokens "
+                f"(got {len(entries)} entries)",
+            )
+        return [float(lp) for lp, _ in tail if lp is not None]
+
+    async def reference(self, stored: list[ScoredAnswer] | None, reference_from: str = "") -> ReferenceResult:
+        """Answer and score the reference prompts; with ``stored`` (the group's comparable answers),
+        score those too and say how far each moved."""
+        rc = self.c.answers.reference
+        prompts = reference_prompts()
+        res = ReferenceResult("compared" if stored else "recorded", reference_from=reference_from)
+        what = f"and scoring the group's {len(stored)}" if stored else "(recorded with the report)"
+        self.say(f"reference answers: {len(prompts)} greedy answers of {rc.max_new_tokens} tokens, scored, {what}")
+        try:
+            own: dict[str, ScoredAnswer] = {}
+            for prompt in prompts:
+                pids, aids = await self.greedy_answer(prompt, rc.max_new_tokens)
+                own[prompt] = ScoredAnswer(prompt, pids, aids, await self.score(pids, aids))
+            res.recorded = {"max_new_tokens": rc.max_new_tokens, "answers": [asdict(a) for a in own.values()]}
+            for ref in stored or []:
+                now = await self.score(ref.prompt_ids, ref.answer_ids)
+                res.deltas.append(abs(sum(now) / len(now) - ref.mean))
+                greedy = own[ref.prompt].answer_ids if ref.prompt in own else []
+                res.divergence.append(
+                    next((i for i, (x, y) in enumerate(zip(greedy, ref.answer_ids, strict=False)) if x != y), None)
+                )
+        except GenerateError as exc:
+            res.mode, res.error, res.timed_out = "error", str(exc), exc.failure == "timeout"
+        return res
+
+    async def accuracy(self) -> AccuracyResult:
+        """Ask the known-answer questions (validate/arithmetic.py) as SGLang's few_shot_gsm8k does:
+        raw few-shot prompts on /generate, greedy, its stop strings, ``concurrency`` at a time; the
+        whole phase within ``accuracy.timeout_s`` (unanswered questions then fail as ``timeout``)."""
+        ac = self.c.accuracy
+        items = arithmetic.prompts(ac.seed, ac.questions, ac.shots)
+        answers = [AccuracyAnswer(i, expected) for i, (_, expected) in enumerate(items)]
+        params = {"temperature": 0.0, "max_new_tokens": ac.max_new_tokens, "stop": list(arithmetic.STOP)}
+        gate = asyncio.Semaphore(ac.concurrency)
+        self.say(
+            f"accuracy: {len(items)} questions ({arithmetic.NAME} v{arithmetic.VERSION}, seed {ac.seed}, "
+            f"{ac.shots}-shot), {ac.concurrency} at a time, greedy /generate, deadline {ac.timeout_s:g}s"
+        )
+
+        async def ask(a: AccuracyAnswer, prompt: str) -> None:
+            try:
+                async with gate:  # the phase's deadline (below) ends a request before its own timeout would
+                    data = await self._generate({"text": prompt, "sampling_params": params}, ac.timeout_s + 1)
+            except GenerateError as exc:
+                a.failure, a.error = exc.failure, str(exc)
+                return
+            except asyncio.CancelledError:
+                a.failure, a.error = "timeout", f"no answer within accuracy.timeout_s = {ac.timeout_s:g}s"
+                raise
+            a.text = str(data.get("text") or "")[:2000]
+            ids = data.get("output_ids")
+            a.output_tokens = len(ids) if isinstance(ids, list) else None
+            fr = data["meta_info"].get("finish_reason")
+            a.finish = str(fr.get("type") or "") if isinstance(fr, dict) else ""
+
+        t0 = time.monotonic()
+        pending = {asyncio.ensure_future(ask(a, prompt)) for a, (prompt, _) in zip(answers, items, strict=True)}
+        try:
+            while pending:
+                left = t0 + ac.timeout_s - time.monotonic()
+                if left <= 0:
+                    break
+                _, pending = await asyncio.wait(pending, timeout=min(left, self.c.progress_interval_s))
+                if pending:
+                    self.say(
+                        f"accuracy: {len(items) - len(pending)} of {len(items)} answered after "
+                        f"{time.monotonic() - t0:.0f}s"
+                    )
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        secs = round(time.monotonic() - t0, 2)
+        return AccuracyResult(accuracy_settings(ac), answers, secs, ac.timeout_s, timed_out=bool(pending))
 
     async def throughput(self, limit: FileLimit | None, stable: Callable[[list[LoadResult]], bool]) -> Throughput:
         """``repeats`` runs; while ``stable`` says the runs disagree, more, up to ``max_repeats``."""

@@ -131,6 +131,15 @@ def render_summary(r: dict[str, Any]) -> str:
             for name, sp in spread.items():
                 rel = f"{sp['spread']:.1%}" if sp.get("spread") is not None else "-"
                 lines.append(f"| {name} | {_v(sp['median'])} | {_v(sp['min'])} | {_v(sp['max'])} | {rel} |")
+    acc = (r.get("phases") or {}).get("accuracy")
+    if acc:
+        st = acc.get("settings") or {}
+        lines += [
+            "",
+            f"Accuracy on known answers: {acc['correct']} of {acc['questions']} right ({acc['accuracy']:.3f}), "
+            f"{acc['invalid']} invalid, {acc['failed']} failed, in {acc['seconds']:.1f} s "
+            f"({st.get('set')} v{st.get('version')}, seed {st.get('seed')}, {st.get('shots')}-shot).",
+        ]
     ss = (r.get("phases") or {}).get("single_stream")
     if ss and ss.get("success"):
         lines += [

@@ -19,6 +19,12 @@ directory behind the mount path, as Docker would bind it. Stages, each usable al
     fail it naming aborted requests; the abort transcripts are recorded as fixtures.
 ``seed``
     A start on a cache volume seeded from another start's archive (roles/flashinfer_cache).
+``trust-accuracy``
+    The accuracy check on real SGLang (docs/real-sglang-h200.md, "Accuracy"): the random-weight
+    model gated with GLM-5's floor (inventory/example) must fail it, its true negative; with the
+    kit's own floor (gate-h200.yml) the group's first gate records, the next compares; then one
+    whole gate-h200.yml gate (every phase, the single stream on /generate). Records one question's
+    request and answer as a fixture.
 ``trust-healthy`` / ``trust-faults`` / ``trust-pair`` / ``trust-answers``
     What a PASS means (docs/real-sglang-h200.md, sections 5 and 6): ``--gates N`` gates in a row
     on one healthy server against the group baseline (the first passing one writes it), then on
@@ -695,8 +701,8 @@ CALIBRATION_PROMPTS = [
 
 def calibrate_answers(dest: Path) -> dict[str, Any]:
     """What the model honestly answers to plain prompts (greedy and sampled): distinct tokens and
-    the longest back-to-back repeat, and the gate's own answer rule on each (validate/answers.py)."""
-    from validate.answers import AnswerRule, degenerate, longest_run
+    the longest back-to-back repeat, and the gate's own answer rule on each (validate/checks.py)."""
+    from validate.checks import AnswerRule, degenerate, longest_run
 
     rule = AnswerRule()
     rows = []
@@ -838,6 +844,72 @@ def stage_trust_answers() -> None:
     save_results()
 
 
+# --------------------------------------------------------------------------- accuracy on known answers
+EXAMPLE = ROOT / "inventory" / "example" / "group_vars" / "all" / "main.yml"
+
+
+def record_accuracy_answer(dest: Path) -> dict[str, Any]:
+    """The gate's accuracy request for question 0, byte for byte, and what the server answered."""
+    from validate import arithmetic
+
+    prompt, expected = arithmetic.prompts(1, 1, 5)[0]
+    body = {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 256, "stop": list(arithmetic.STOP)},
+    }
+    r = requests.post(URL + "/generate", json=body, timeout=120)
+    dest.mkdir(parents=True, exist_ok=True)
+    doc = {"request": body, "expected": expected, "status": r.status_code, "response": r.json()}
+    (dest / "accuracy_answer.json").write_text(json.dumps(doc, indent=1) + "\n")
+    meta = doc["response"].get("meta_info", {})
+    return {"finish_reason": meta.get("finish_reason"), "completion_tokens": meta.get("completion_tokens")}
+
+
+def stage_trust_accuracy() -> None:
+    import yaml
+
+    res = RESULTS.setdefault("accuracy", {})
+    data = yaml.safe_load(GATE_CONFIG.read_text())
+    only = {
+        **data,
+        "throughput": {**data["throughput"], "enabled": False},
+        "single_stream": {**data["single_stream"], "enabled": False},
+    }
+    glm5 = yaml.safe_load(EXAMPLE.read_text())["sglang_gate_config"]["accuracy"]
+    kit_cfg, glm_cfg = WORK / "gate-accuracy-kit.yml", WORK / "gate-accuracy-glm5.yml"
+    kit_cfg.write_text(yaml.safe_dump(only))
+    glm_cfg.write_text(yaml.safe_dump({**only, "accuracy": glm5}))
+    res["glm5_floor"] = {k: glm5[k] for k in ("min_accuracy", "max_invalid", "questions", "shots")}
+    group = WORK / "accuracy-baseline.json"
+    if group.exists():
+        group.unlink()
+    server = Server("serve", "server-accuracy.log")
+    server.start()
+    res["ready_s"] = server.wait_ready()
+    res["answer"] = record_accuracy_answer(WORK / "fixtures")
+    extra = ("--baseline", str(group), "--model", SERVED)
+    gates = res.setdefault("gates", {})
+    for name, cfg, more in (
+        ("glm5_floor", glm_cfg, ("--update-baseline",)),  # must fail: nothing recorded
+        ("kit_first", kit_cfg, ("--update-baseline",)),  # the group's first gate records
+        ("kit_second", kit_cfg, ()),  # compared with it
+    ):
+        g = run_gate(WORK / f"gate-accuracy-{name}", server.log_path, name, cfg, extra + more)
+        rep = json.loads((WORK / f"gate-accuracy-{name}" / "report.json").read_text())
+        g["accuracy"] = {k: v for k, v in rep["phases"].get("accuracy", {}).items() if k != "wrong"}
+        g["accuracy"]["wrong"] = rep["phases"].get("accuracy", {}).get("wrong", [])[:2]
+        g["accuracy_checks"] = {c["name"]: c["message"] for c in rep["checks"] if c["name"].startswith("accuracy.")}
+        gates[name] = g
+        log(f"accuracy {name}: {g['verdict']} {g['accuracy'].get('accuracy')} in {g['accuracy'].get('seconds')} s")
+        pack()
+    full = run_gate(WORK / "gate-accuracy-full", server.log_path, "full", GATE_CONFIG, ("--model", SERVED))
+    gates["full"] = full
+    server.stop()
+    res["verdicts"] = {k: v["verdict"] for k, v in gates.items()}
+    log(f"accuracy: {res['verdicts']}")
+    save_results()
+
+
 # --------------------------------------------------------------------------- main
 def pack() -> None:
     """results.json and one tar of fixtures, logs and gate reports into $OUT (8 files at most)."""
@@ -869,6 +941,7 @@ def main(argv: list[str] | None = None) -> int:
             "trust-faults",
             "trust-pair",
             "trust-answers",
+            "trust-accuracy",
         ],
     )
     parser.add_argument("--gates", type=int, default=10, help="trust-*: gates in a row per server")
@@ -893,6 +966,7 @@ def main(argv: list[str] | None = None) -> int:
                 "trust-faults": lambda: stage_trust_faults(args.gates),
                 "trust-pair": lambda: stage_trust_pair(args.gates),
                 "trust-answers": stage_trust_answers,
+                "trust-accuracy": stage_trust_accuracy,
             }[stage]()
             RESULTS.setdefault("stage_seconds", {})[stage] = round(time.monotonic() - start, 1)
     except Exception as exc:  # the device call must still bring back what was measured

@@ -205,17 +205,33 @@ def test_stage_tags_narrow_the_run(env: Env) -> None:
 
 
 def test_first_deploy_loads_the_archive_and_passes_the_gate(env: Env, promtool, prom_samples) -> None:
-    run = env.deploy("-vvv")  # verbose on purpose: the API key must not show even there
+    # The gate next to the server (sglang_gate_location: host, the role's default; the local inventory
+    # gates on the controller): a container from the served image, on loopback. It is the group's first
+    # gate: it records the reference (answers and accuracy included), which finalize writes on the
+    # controller; the later tests of this module gate on the controller against that reference.
+    run = env.deploy("-vvv", sglang_gate_location="host")  # verbose on purpose: the key must not show even there
     assert run.rc == 0, run.out[-6000:]
     assert _image_id(env.tag) == _image_id(RELEASE_A)
     c = env.container()
     assert c and c["State"]["Running"] and c["Image"] == _image_id(RELEASE_A)
     assert env.health() == 200
-    host = env.summary()["hosts"][0]
-    assert host["gate"] == "pass" and host["outcome"] == "ok"
+    summary = env.summary()
+    host = summary["hosts"][0]
+    assert host["gate"] == "pass" and host["outcome"] == "ok" and host["gate_location"] == "host"
     assert host["cache"]["start"] == "cold"
     report = json.loads((Path(host["report_dir"]) / "report.json").read_text())
-    assert report["verdict"] == "pass"
+    assert report["verdict"] == "pass" and report["labels"]["gate_location"] == "host"
+    # the first gate of the group recorded the reference, exactly as on the controller
+    assert summary["baselines_written"] == ["local"] and host["baseline_written"] == "local"
+    assert "Gate references written by this run: local" in run.out
+    stored = json.loads((env.tmp / "reports" / "baseline-local.json").read_text())["reference"]
+    assert stored["how"] == "first passing gate of the group" and stored["engine"] == "test-engine"
+    assert len(stored["answers"]["answers"]) == 8 and stored["answers"] == report["reference_answers"]
+    assert stored["accuracy"] == report["accuracy"] and stored["accuracy"]["correct"] == 20
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["baseline.reference"]["measured"] == "recorded" and checks["accuracy.score"]["measured"] == 1.0
+    acc = report["phases"]["accuracy"]
+    print(f"accuracy phase on the test engine in the local rollout (gate on the host): {acc['seconds']} s")
     assert len(env.volumes()) == 1
     # every JIT cache of the stack lands in the keyed volume; FlashInfer builds for this host's arch only
     cenv = dict(v.split("=", 1) for v in c["Config"]["Env"])
@@ -467,8 +483,14 @@ def test_upgrade_without_guard_disables_chunked_prefix_cache_and_prunes_old_cach
     # Kept: the new key (release-c shares release-b's FlashInfer, so the volume its failed attempts made)
     # and the previous release's (the rollback target); nothing else.
     assert sorted(volumes) == sorted(volumes_before) and len(volumes) == 2
-    host = env.summary()["hosts"][0]
+    summary = env.summary()
+    host = summary["hosts"][0]
     assert host["gate"] == "pass" and host["image_before"] == env.tag and host["image_after"] == RELEASE_C
+    # gated on the controller against the reference the first deploy's gate recorded on the host
+    report = json.loads((Path(host["report_dir"]) / "report.json").read_text())
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["baseline.reference"]["measured"] == "compared" and checks["answers.reference"]["measured"] == 0.0
+    assert checks["accuracy.reference"]["measured"] == 0.0 and summary["baselines_written"] == []
 
 
 def test_host_maintenance_waits_for_the_drain_and_the_gate_puts_the_host_back(env: Env) -> None:

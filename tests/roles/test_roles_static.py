@@ -103,6 +103,11 @@ def test_example_gate_thresholds_match_the_reference_config() -> None:
     assert _same(example, load_yaml(reference))
     assert example["throughput"]["min_total_tok_s"] == 1846
     assert example["stability"]["concurrency"] == [256, 512, 1024]
+    # GLM-5's accuracy floor (the published source is written beside it), on by default
+    acc = example["accuracy"]
+    assert (acc["enabled"], acc["min_accuracy"], acc["max_invalid"], acc["questions"]) == (True, 0.9, 0.05, 200)
+    local = load_yaml(REPO / "validate" / "configs" / "test-engine.yml")["accuracy"]
+    assert (local["enabled"], local["min_accuracy"]) == (True, 0.95)  # inventory/local reads this file
 
 
 def test_misspelt_variable_stops_preflight_with_a_suggestion(tmp_path: Path) -> None:

@@ -70,6 +70,10 @@ def test_right_arguments_write_the_summary(tmp_path):
     run = _play(tmp_path, f"rollout_summary: {{dir: {reports}, hosts: [h1], finished: 'true'}}")
     assert run.returncode == 0, run.stdout + run.stderr
     assert sorted(p.name for p in reports.iterdir()) == ["rollout-summary.json", "rollout-summary.md"]
+    assert (
+        "Gate references written by this run (baseline-<group>.json): none."
+        in (reports / "rollout-summary.md").read_text()
+    )
 
 
 def test_a_check_run_prunes_no_report_history_and_says_what_a_real_run_would(tmp_path):

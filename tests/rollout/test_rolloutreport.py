@@ -81,7 +81,7 @@ def test_in_progress_and_lost_records_name_the_stage():
 
 def test_records_are_written_whole_and_the_summary_sorts_the_hosts(tmp_path: Path):
     run = tmp_path / "run-7"
-    ok = rr.final("h1", "run-7", False, HV | {"sglang_gate_result": {"verdict": "pass"}})
+    ok = rr.final("h1", "run-7", False, HV | {"sglang_gate_result": {"verdict": "pass", "baseline_written": "rtx"}})
     failed = {"sglang_gate_result": GATE_FAIL, "sglang_rollout_failed": True, "sglang_image_id": "sha256:d"}
     bad = rr.final("h2", "run-7", False, HV | failed)
     put_back = {"sglang_server_put_back": "drained by run-6", "sglang_image_id": "sha256:a"}
@@ -98,6 +98,7 @@ def test_records_are_written_whole_and_the_summary_sorts_the_hosts(tmp_path: Pat
     assert s["rolled_back"] == ["h2"] and s["put_back"] == ["h3"] and s["not_reached"] == ["h5"]
     assert s["image_ids"] == ["sha256:a", "sha256:b", "sha256:c", "sha256:d"]
     assert s["finished"] is True and s["run_id"] == "run-7"
+    assert s["baselines_written"] == ["rtx"] and written["baseline_written"] == ""  # h1 wrote its group's
     rr.write_summary(run, s, "# summary\n")
     assert json.loads((run / "rollout-summary.json").read_text())["failed"] == ["h2"]
     assert (run / "rollout-summary.md").read_text() == "# summary\n"

@@ -69,6 +69,7 @@ def test_an_in_progress_record_has_every_field_from_its_variables():
         "failure": "",
         "failed_task": "",
         "report_dir": "",
+        "baseline_written": "",
         "cache": {
             "name": "fi-k1",
             "key": "k1",
@@ -115,7 +116,7 @@ def test_records_are_written_whole_private_and_atomically(tmp_path: Path):
     written = rr.write_record(run, rr.in_progress("h1", "run-1", False, HV, "image"), mark="image")
     path = run / "hosts" / "h1.json"
     assert json.loads(path.read_text()) == written and written["stages"][0]["stage"] == "image"
-    assert path.read_text().startswith('{\n    "cache": {')  # sorted keys, 4 spaces: diffable
+    assert path.read_text().startswith('{\n    "baseline_written": "",\n    "cache": {')  # sorted keys, 4 spaces
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert stat.S_IMODE((run / "hosts").stat().st_mode) == 0o750
     assert not list((run / "hosts").glob("*.tmp"))
@@ -250,7 +251,10 @@ def test_the_summary_whole(tmp_path: Path):
         "canaries": {"g1": "b1"},
         "failed_canaries": {"g1": "b1"},
         "unreachable": ["b2"],
+        "baselines_written": [],
     }
+    wrote = [{**ok, "baseline_written": "g2"}, {**same, "baseline_written": "g1"}, {**back, "baseline_written": "g2"}]
+    assert rr.summarize(wrote, ["a1", "a2", "a3"], "run-1", True)["baselines_written"] == ["g1", "g2"]
     assert rr.summarize([ok], ["a1"], "run-1", True, {"g1": "a1"})["failed_canaries"] == {}
     assert rr.summarize([ok], ["a1"], "run-1", True)["canaries"] == {}
     served = {**ok, "in_rotation": "yes"}

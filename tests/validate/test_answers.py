@@ -1,4 +1,5 @@
-"""The answer rule (validate/answers.py) on what a real SGLang server streamed, and on garbage shapes."""
+"""The answer rule (validate/checks.py) on what a real SGLang server streamed, and on garbage shapes;
+the reference-answers phase (validate/phases.py) against the test engine and stub servers."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 from _gate_helpers import app_in_thread
 
-from validate.answers import AnswerRule, degenerate, longest_run, reference_prompts
+from validate.checks import AnswerRule, degenerate, longest_run
+from validate.client import GenerateError
 from validate.metrics import Spread
+from validate.phases import ReferenceResult, ScoredAnswer, reference_prompts
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03"
 PROOF = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-04"
@@ -120,7 +123,6 @@ def test_every_honest_answer_of_the_real_server_passes_the_default_rule():
 def test_the_reference_check_on_what_real_sglang_scored():
     """The three gates of docs/real-sglang-h200.md: the first recorded, the same server scored the
     same answers identically, a model of the same shape with other weights moved 3.6-4.1 nats/token."""
-    from validate.answers import ReferenceResult
     from validate.checks import reference as judge_reference
     from validate.config import parse_config
 
@@ -145,15 +147,14 @@ def test_the_reference_check_on_what_real_sglang_scored():
     assert reports["2"]["phases"]["reference"]["deltas"] == [0.0] * 8
 
 
-# ----- the reference phase against the test engine (validate/answers.py end to end, in process) -----
+# ----- the reference phase against the test engine (in process) -----
 
 FAST = ("--engine-decode-base-ms", "1", "--engine-decode-per-req-ms", "0")
 
 
-def _phase(url: str, baseline: Path | None, **cfg: object):
+def _phase(url: str, stored: list[ScoredAnswer] | None, when: str = "", **cfg: object):
     import asyncio
 
-    from validate.answers import reference_phase
     from validate.client import make_session
     from validate.config import parse_config
     from validate.phases import Measurer
@@ -163,59 +164,43 @@ def _phase(url: str, baseline: Path | None, **cfg: object):
     async def go():
         async with make_session() as s:
             mm = Measurer(s, url, parse_config({"answers": {"reference": cfg}} if cfg else {}), said.append)
-            return await reference_phase(mm, str(baseline) if baseline else None)
+            return await mm.reference(stored, when)
 
     return asyncio.run(go()), said
 
 
-def _store(path: Path, recorded: dict) -> None:
-    from validate import baseline as store
-
-    report = {
-        "verdict": "pass",
-        "engine": "test-engine",
-        "config": {},
-        "key_metrics": {},
-        "reference_answers": recorded,
-        "started_at": "2026-12-04T10:00:00+00:00",
-    }
-    assert store.record(path, report, promote=False)[0]
+def _scored(recorded: dict) -> list[ScoredAnswer]:
+    return [ScoredAnswer(**a) for a in recorded["answers"]]
 
 
-def test_the_reference_phase_records_compares_and_fails_other_weights(engine_factory, tmp_path):
+def test_the_reference_phase_records_compares_and_fails_other_weights(engine_factory):
     eng = engine_factory(*FAST)
     first, said = _phase(eng.url, None)
     assert first.mode == "recorded" and first.error == "" and first.deltas == []
-    assert said == ["reference answers: recording 8 greedy answers (first gate of the group)"]
+    assert said == ["reference answers: 8 greedy answers of 32 tokens, scored, (recorded with the report)"]
     rec = first.recorded
     assert rec["max_new_tokens"] == 32 and len(rec["answers"]) == 8
     a = rec["answers"][0]
     assert a["prompt"] == "The capital of France is" and a["answer_ids"] == [1000 + i for i in range(32)]
     assert a["prompt_ids"] == [sum(map(ord, "The capital of France is"[i : i + 4])) % 32000 for i in range(0, 24, 4)]
     assert len(a["logprobs"]) == 32 and all(lp < 0 for lp in a["logprobs"])
-    base = tmp_path / "baseline.json"
-    _store(base, rec)
-    same, said = _phase(eng.url, base)
-    assert said == ["reference answers: scoring the group's 8 answers on this server"]
+    same, said = _phase(eng.url, _scored(rec), "2026-12-04T10:00:00+00:00")
+    assert said == ["reference answers: 8 greedy answers of 32 tokens, scored, and scoring the group's 8"]
     assert (same.mode, same.deltas, same.divergence) == ("compared", [0.0] * 8, [None] * 8)
     assert same.reference_from == "2026-12-04T10:00:00+00:00" and same.worst == 0.0
+    assert same.recorded == rec  # its own answers too: stored if this gate becomes the reference
     other = engine_factory(*FAST, "--engine-weights-seed", "1")
-    bad, _ = _phase(other.url, base)
+    bad, _ = _phase(other.url, _scored(rec))
     assert bad.mode == "compared" and bad.divergence == [0] * 8
     assert bad.deltas == pytest.approx([0.3] * 8, abs=1e-9)
-    # a reference of another answer length is not comparable: this gate records again
-    again, _ = _phase(eng.url, base, max_new_tokens=16)
-    assert again.mode == "recorded" and len(again.recorded["answers"][0]["answer_ids"]) == 16
+    assert bad.recorded["answers"][0]["answer_ids"][0] == 1007  # other weights: other greedy answers
 
 
-def test_a_server_that_cannot_answer_the_reference_fails_with_the_reason(engine_factory, tmp_path):
+def test_a_server_that_cannot_answer_the_reference_fails_with_the_reason(engine_factory):
     broken = engine_factory(*FAST, "--engine-fault", "error_rate:1")
     res, _ = _phase(broken.url, None)
-    assert res.mode == "error" and res.error.startswith("HTTP 500: ")
-    unreadable = tmp_path / "baseline.json"
-    unreadable.write_text("{not json")
-    healthy = engine_factory(*FAST)
-    assert _phase(healthy.url, unreadable)[0].mode == "recorded"  # the baseline check reports the bad file
+    assert res.mode == "error" and res.error.startswith("HTTP 500 Internal Server Error: ")
+    assert not res.timed_out and res.recorded is None
 
 
 @pytest.mark.parametrize(
@@ -226,16 +211,15 @@ def test_a_server_that_cannot_answer_the_reference_fails_with_the_reason(engine_
     ],
 )
 def test_log_probability_entries_of_an_unexpected_shape_are_named(meta, why):
-    from validate.answers import ReferenceError_, _logprob_entries
+    from validate.phases import _logprob_entries
 
-    with pytest.raises(ReferenceError_) as exc:
+    with pytest.raises(GenerateError) as exc:
         _logprob_entries(meta, "input_token_logprobs")
-    assert str(exc.value) == why
+    assert str(exc.value) == why and exc.value.failure == "bad_payload"
     assert _logprob_entries({"k": [[None, 5, "x"], [-1.5, 7]]}, "k") == [(None, 5), (-1.5, 7)]
 
 
 def test_the_reference_verdict_reads_as_figures():
-    from validate.answers import ReferenceResult
     from validate.checks import reference as judge_reference
     from validate.config import parse_config
 
@@ -244,13 +228,21 @@ def test_the_reference_verdict_reads_as_figures():
     assert (rec.name, rec.passed, rec.measured, rec.required, rec.unit, rec.op) == (
         "answers.reference",
         True,
-        None,
+        "recorded",
         0.1,
         "nats/token",
         "<=",
     )
-    assert (
-        rec.message == "recorded 3 reference answers (first gate of the group: not compared; stored with the baseline)"
+    assert rec.message == (
+        "recorded 3 reference answers (the group has none yet; stored with its reference when this gate passes)"
+    )
+    why = "reference answers settings changed since the reference (from T): max_new_tokens: 32 -> 16"
+    nc = judge_reference(ReferenceResult("recorded", recorded={"answers": [1]}, not_compared=why), cfg)
+    assert (nc.passed, nc.measured, nc.required) == (False, "not compared", "compared")
+    assert nc.message == (
+        "FAILED the reference answers were not compared with the group's reference: " + why + "; to accept the "
+        "change on purpose, promote this gate to the group's reference: --promote-baseline (role variable "
+        "sglang_gate_promote_baseline: true)"
     )
     ok = judge_reference(ReferenceResult("compared", deltas=[0.0, 0.02, 0.01], divergence=[None, 7, 3]), cfg)
     assert (
@@ -276,7 +268,9 @@ def test_the_reference_verdict_reads_as_figures():
     assert edge.passed  # exactly the tolerance passes
     err = judge_reference(ReferenceResult("error", error="HTTP 500: boom"), cfg)
     assert (err.passed, err.measured, err.message) == (False, None, "FAILED reference answers: HTTP 500: boom")
-    d = ReferenceResult("compared", deltas=[0.123456, 0.5], divergence=[None, 0], reference_from="T").to_dict()
+    d = ReferenceResult(
+        "compared", recorded={"answers": [1, 2]}, deltas=[0.123456, 0.5], divergence=[None, 0], reference_from="T"
+    ).to_dict()
     assert d == {
         "mode": "compared",
         "error": "",
@@ -285,6 +279,8 @@ def test_the_reference_verdict_reads_as_figures():
         "worst_delta": 0.5,
         "first_divergence": [None, 0],
         "reference_from": "T",
+        "not_compared": "",
+        "timed_out": False,
     }
     assert ReferenceResult("recorded", recorded={"answers": [1, 2]}).to_dict()["answers"] == 2
 
@@ -315,7 +311,7 @@ def stub():
         yield base, state
 
 
-def _call(url: str, fn, *args, timeout_s: float = 5):
+def _call(url: str, name: str, *args, timeout_s: float = 5):
     import asyncio
 
     from validate.client import make_session
@@ -325,18 +321,16 @@ def _call(url: str, fn, *args, timeout_s: float = 5):
     async def go():
         cfg = parse_config({"answers": {"reference": {"timeout_s": timeout_s}}})
         async with make_session() as s:
-            return await fn(Measurer(s, url, cfg, print), *args)
+            return await getattr(Measurer(s, url, cfg, print), name)(*args)
 
     return asyncio.run(go())
 
 
 def test_the_reference_requests_and_their_refusals(stub):
-    from validate.answers import ReferenceError_, greedy_answer, score
-
     url, state = stub
     meta = {"input_token_logprobs": [[None, 11, None], [-0.5, 12, None]]}
     state["answers"] = [(200, json.dumps({"output_ids": [5, 6], "meta_info": meta}))]
-    assert _call(url, greedy_answer, "hi", 2) == ([11, 12], [5, 6])
+    assert _call(url, "greedy_answer", "hi", 2) == ([11, 12], [5, 6])
     assert state["bodies"][-1] == {
         "text": "hi",
         "sampling_params": {"temperature": 0.0, "max_new_tokens": 2},
@@ -345,7 +339,7 @@ def test_the_reference_requests_and_their_refusals(stub):
     }
     scored = {"input_token_logprobs": [[-0.1, 12, None], [-0.25, 5, None], [-0.75, 6, None]]}
     state["answers"] = [(200, json.dumps({"meta_info": scored}))]
-    assert _call(url, score, [11, 12], [5, 6]) == [-0.25, -0.75]
+    assert _call(url, "score", [11, 12], [5, 6]) == [-0.25, -0.75]
     assert state["bodies"][-1] == {
         "input_ids": [11, 12, 5, 6],
         "sampling_params": {"temperature": 0.0, "max_new_tokens": 1},
@@ -353,73 +347,75 @@ def test_the_reference_requests_and_their_refusals(stub):
         "logprob_start_len": 1,
     }
     cases = [
-        ((500, '{"error": "boom"}'), greedy_answer, ("hi", 2), 'HTTP 500: {"error": "boom"}'),
-        ((200, "not json"), greedy_answer, ("hi", 2), "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
-        ((200, "[1, 2]"), greedy_answer, ("hi", 2), "not a /generate answer: [1, 2]"),
+        ((500, '{"error": "boom"}'), "greedy_answer", ("hi", 2), 'HTTP 500 Internal Server Error: {"error": "boom"}'),
+        (
+            (200, "not json"),
+            "greedy_answer",
+            ("hi", 2),
+            "not JSON: Expecting value: line 1 column 1 (char 0): not json",
+        ),
+        ((200, "[1, 2]"), "greedy_answer", ("hi", 2), "not a /generate answer: [1, 2]"),
         (
             (200, json.dumps({"output_ids": [], "meta_info": meta})),
-            greedy_answer,
+            "greedy_answer",
             ("hi", 2),
             "the greedy answer has no output_ids",
         ),
         (
             (200, json.dumps({"meta_info": {"input_token_logprobs": [[-0.1, 5, None], [-0.2, 9, None]]}})),
-            score,
+            "score",
             ([11], [5, 6]),
             "input_token_logprobs do not line up with the 2 answer tokens (got 2 entries)",
         ),
         (
             (200, json.dumps({"meta_info": {"input_token_logprobs": [[None, 5, None], [-0.2, 6, None]]}})),
-            score,
+            "score",
             ([11], [5, 6]),
             "input_token_logprobs do not line up with the 2 answer tokens (got 2 entries)",
         ),
     ]
     for answer, fn, args, why in cases:
         state["answers"] = [answer]
-        with pytest.raises(ReferenceError_) as exc:
+        with pytest.raises(GenerateError) as exc:
             _call(url, fn, *args)
         assert str(exc.value) == why
 
 
 def test_the_reference_requests_are_json_bounded_in_time_and_their_errors_short(stub):
-    from validate.answers import ReferenceError_, greedy_answer, score
-
     url, state = stub
     meta = {"input_token_logprobs": [[None, 11, None]]}
     state["answers"] = [(200, json.dumps({"output_ids": [5], "meta_info": meta}))]
-    assert _call(url, greedy_answer, "hi", 1) == ([11], [5])
+    assert _call(url, "greedy_answer", "hi", 1) == ([11], [5])
     assert state["content_types"] == ["application/json"]
     state["answers"] = [(200, json.dumps({"output_ids": [5], "meta_info": meta}), 3.0)]  # answers after 3 s
-    with pytest.raises(ReferenceError_) as exc:
-        _call(url, greedy_answer, "hi", 1, timeout_s=1)
-    assert str(exc.value).startswith("TimeoutError")
+    with pytest.raises(GenerateError) as exc:
+        _call(url, "greedy_answer", "hi", 1, timeout_s=1)
+    assert (str(exc.value), exc.value.failure) == ("no answer within 1s", "timeout")
     state["answers"] = [(500, "x" * 500)]
-    with pytest.raises(ReferenceError_) as exc:
-        _call(url, greedy_answer, "hi", 1)
-    assert str(exc.value) == "HTTP 500: " + "x" * 200
+    with pytest.raises(GenerateError) as exc:
+        _call(url, "greedy_answer", "hi", 1)
+    assert str(exc.value) == "HTTP 500 Internal Server Error: " + "x" * 268
     state["answers"] = [(200, json.dumps(list(range(200))))]
-    with pytest.raises(ReferenceError_) as exc:
-        _call(url, greedy_answer, "hi", 1)
+    with pytest.raises(GenerateError) as exc:
+        _call(url, "greedy_answer", "hi", 1)
     assert str(exc.value) == "not a /generate answer: " + str(list(range(200)))[:200]
     # an answer with no prompt before it: its log-probabilities start at token 0
     state["answers"] = [(200, json.dumps({"meta_info": {"input_token_logprobs": [[-0.5, 5, None]]}}))]
-    assert _call(url, score, [], [5]) == [-0.5]
+    assert _call(url, "score", [], [5]) == [-0.5]
     assert state["bodies"][-1]["logprob_start_len"] == 0
 
 
 def test_an_unexpected_entry_is_cut_to_two_hundred_characters():
-    from validate.answers import ReferenceError_, _logprob_entries
+    from validate.phases import _logprob_entries
 
-    with pytest.raises(ReferenceError_) as exc:
+    with pytest.raises(GenerateError) as exc:
         _logprob_entries({"k": [["x" * 500]]}, "k")
     assert len(str(exc.value)) == 200 and str(exc.value).startswith("k: unexpected entry ['xxx")
 
 
-def _phase_at(url: str, baseline: Path | None):
+def _phase_at(url: str, stored: list[ScoredAnswer] | None, when: str = ""):
     import asyncio
 
-    from validate.answers import reference_phase
     from validate.client import make_session
     from validate.config import parse_config
     from validate.phases import Measurer
@@ -427,29 +423,43 @@ def _phase_at(url: str, baseline: Path | None):
     async def go():
         cfg = parse_config({"answers": {"reference": {"timeout_s": 5, "max_new_tokens": 2}}})
         async with make_session() as s:
-            return await reference_phase(Measurer(s, url, cfg, lambda _m: None), str(baseline) if baseline else None)
+            return await Measurer(s, url, cfg, lambda _m: None).reference(stored, when)
 
     return asyncio.run(go())
 
 
-def test_the_compared_phase_asks_for_the_reference_length_and_names_where_its_reference_is_from(stub, tmp_path):
+def test_the_compared_phase_asks_for_the_reference_length_and_names_where_its_reference_is_from(stub, monkeypatch):
+    import validate.phases
+
+    monkeypatch.setattr(validate.phases, "reference_prompts", lambda: ["p"])
     url, state = stub
     state["answers"] = [(500, "down")]
     res = _phase_at(url, None)
-    assert (res.mode, res.error, res.reference_from) == ("error", "HTTP 500: down", "")
-    base = tmp_path / "baseline.json"
-    answer = {"prompt": "p", "prompt_ids": [11], "answer_ids": [5, 6], "logprobs": [-0.5, -0.5]}
-    _store(base, {"max_new_tokens": 2, "answers": [answer]})
+    assert (res.mode, res.error, res.reference_from) == ("error", "HTTP 500 Internal Server Error: down", "")
+    stored = [ScoredAnswer("p", [11], [5, 6], [-0.5, -0.5])]
     scored = {"input_token_logprobs": [[-0.1, 11, None], [-0.25, 5, None], [-0.75, 6, None]]}
     short = {"output_ids": [5], "meta_info": {"input_token_logprobs": [[None, 11, None]]}}  # stopped early
-    state["answers"] = [(200, json.dumps({"meta_info": scored})), (200, json.dumps(short))]
-    res = _phase_at(url, base)
+    own = {"input_token_logprobs": [[-0.1, 11, None], [-0.5, 5, None]]}
+    state["answers"] = [
+        (200, json.dumps(short)),
+        (200, json.dumps({"meta_info": own})),
+        (200, json.dumps({"meta_info": scored})),
+    ]
+    res = _phase_at(url, stored, "2026-12-04T10:00:00+00:00")
     assert res.mode == "compared" and res.divergence == [None]  # agrees as far as it went
     assert res.deltas == pytest.approx([0.0])
-    assert state["bodies"][-1]["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 2}
+    assert res.recorded == {
+        "max_new_tokens": 2,
+        "answers": [{"prompt": "p", "prompt_ids": [11], "answer_ids": [5], "logprobs": [-0.5]}],
+    }
+    assert state["bodies"][0]["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 2}
     state["answers"] = [(503, "busy")]
-    res = _phase_at(url, base)
-    assert (res.mode, res.error, res.reference_from) == ("error", "HTTP 503: busy", "2026-12-04T10:00:00+00:00")
+    res = _phase_at(url, stored, "2026-12-04T10:00:00+00:00")
+    assert (res.mode, res.reference_from) == ("error", "2026-12-04T10:00:00+00:00")
+    assert res.error == "HTTP 503 Service Unavailable: busy"
+    state["answers"] = [(200, json.dumps(short), 7.0)]  # slower than answers.reference.timeout_s (5 s)
+    res = _phase_at(url, stored)
+    assert (res.mode, res.timed_out, res.error) == ("error", True, "no answer within 5s")
 
 
 def test_rule_edges_each_side():
@@ -481,7 +491,5 @@ def test_the_longest_run_keeps_the_first_of_equal_runs_and_a_shown_answer_is_cut
 
 
 def test_a_reference_result_rounds_to_four_places():
-    from validate.answers import ReferenceResult
-
-    d = ReferenceResult("compared", deltas=[0.123456, 0.01]).to_dict()
+    d = ReferenceResult("compared", recorded={"answers": [1, 2]}, deltas=[0.123456, 0.01]).to_dict()
     assert d["worst_delta"] == 0.1235 and d["deltas"] == [0.1235, 0.01] and d["answers"] == 2

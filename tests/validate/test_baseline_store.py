@@ -117,33 +117,34 @@ def test_written_json_is_strict_and_world_readable(tmp_path):
     assert not list(Path(path.parent).glob(".*.tmp"))
 
 
-def test_a_baseline_that_turns_malformed_during_the_load_is_reported_not_raised(tmp_path):
+def test_a_baseline_that_turns_malformed_during_the_load_is_a_failed_comparison_not_an_exception(tmp_path):
     from validate.config import parse_config
-    from validate.gate import compare_baseline
+    from validate.gate import GroupReference, compare_baseline
 
     path = tmp_path / "b.json"
     path.write_text('{"schema": "sglang-gate-baseline/2", "reference": {"engine": "sglang"}}')
-    info, checks = compare_baseline(str(path), "sglang", parse_config({}), {"total_token_throughput": 1.0})
-    assert checks == [] and info["used"] is False
-    assert info["note"].startswith("baseline not compared:") and "reference.workload" in info["note"]
+    info, checks = compare_baseline(
+        GroupReference.read(str(path)), "sglang", parse_config({}), {"total_token_throughput": 1.0}
+    )
+    assert [c.name for c in checks] == ["baseline.reference"] and not checks[0].passed and info["used"] is False
+    assert checks[0].message.startswith(
+        f"FAILED the speed figures were not compared with the group's reference: the group's reference cannot be "
+        f"read: {path}: reference.workload: Field required; to accept"
+    )
+    assert info["note"] == checks[0].message
 
 
-def test_the_reference_keeps_its_noise_and_gains_answers_once(tmp_path):
+def test_the_reference_keeps_its_noise_answers_and_accuracy_and_is_never_patched(tmp_path):
     path = tmp_path / "baseline.json"
-    first = {**_report(1000, "h1"), "key_noise": {"total_token_throughput": 0.031}}
-    assert baseline.record(path, first, promote=False)[0]
-    ref = baseline.load(path).reference
-    assert ref.noise == {"total_token_throughput": 0.031} and ref.answers is None
     answers = {
         "max_new_tokens": 32,
         "answers": [{"prompt": "p", "prompt_ids": [1], "answer_ids": [2], "logprobs": [-1.0]}],
     }
-    # a reference from before the answers check: a later pass adds its answers and keeps the figures
-    written, note = baseline.record(path, {**_report(700, "h2"), "reference_answers": answers}, promote=False)
-    assert (written, note) == (True, f"baseline kept, the group's reference answers added: {path}")
+    acc = {"settings": {"seed": 1}, "questions": 50, "correct": 49, "invalid": 0, "accuracy": 0.98}
+    first = {**_report(1000, "h1"), "key_noise": {"total_token_throughput": 0.031}}
+    assert baseline.record(path, {**first, "reference_answers": answers, "accuracy": acc}, promote=False)[0]
     ref = baseline.load(path).reference
-    assert ref.answers == answers and ref.key_metrics["total_token_throughput"] == 1000
-    assert ref.labels == {"host": "h1"} and ref.noise == {"total_token_throughput": 0.031}
+    assert ref.noise == {"total_token_throughput": 0.031} and ref.answers == answers and ref.accuracy == acc
     other = {"max_new_tokens": 32, "answers": []}
     written, note = baseline.record(path, {**_report(900, "h3"), "reference_answers": other}, promote=False)
     assert not written and note.startswith("baseline kept: the group's reference is from 2026-12-03T08:00:00+00:00/h1")
@@ -151,6 +152,28 @@ def test_the_reference_keeps_its_noise_and_gains_answers_once(tmp_path):
     assert baseline.load(path).history == []
     failed = {**_report(900, "h4", "fail"), "reference_answers": other}
     assert baseline.record(path, failed, promote=False) == (False, "baseline not written: the gate failed")
+    # a reference without answers or accuracy (an older gate's) is not patched by a later pass: the later gate
+    # fails its comparison (validate/gate.py GroupReference.part) until a promotion replaces the whole reference
+    old = tmp_path / "old.json"
+    assert baseline.record(old, _report(1000, "h1"), promote=False)[0]
+    assert not baseline.record(old, {**_report(900, "h2"), "reference_answers": answers}, promote=False)[0]
+    assert baseline.load(old).reference.answers is None
+
+
+def test_settings_and_changes_name_what_makes_answers_comparable():
+    answers = {"max_new_tokens": 32, "answers": [{"prompt": "a"}, {"prompt": "b"}]}
+    got = baseline.answer_settings(answers)
+    assert got["max_new_tokens"] == 32 and len(got["prompts"]) == 16
+    assert (
+        baseline.answer_settings({**answers, "answers": [{"prompt": "b"}, {"prompt": "a"}]})["prompts"]
+        != got["prompts"]
+    )
+    assert baseline.answer_settings({})["max_new_tokens"] is None
+    assert baseline.changes({"a": 1, "b": 2, "gone": 0}, {"a": 1, "b": 3, "new": "x"}) == [
+        "b: 2 -> 3",
+        "new: None -> 'x'",
+    ]
+    assert baseline.changes({"a": 1}, {"a": 1}) == []
 
 
 def test_the_workload_names_every_field_that_makes_figures_comparable():
@@ -173,6 +196,7 @@ def test_the_workload_names_every_field_that_makes_figures_comparable():
         "throughput.max_concurrency": 32,
         "single_stream.prompt": "Count",
         "single_stream.max_tokens": 200,
+        "single_stream.route": "/generate",  # counted from streamed ids: not the chat route's figures of before
     }
     for rate in (float("inf"), "inf", "Infinity"):
         assert baseline.workload({"throughput": {"request_rate": rate}})["throughput.request_rate"] == "inf"
@@ -207,10 +231,10 @@ def test_what_a_write_leaves_on_disk(tmp_path, monkeypatch):
         "(an ordinary pass never replaces it; --promote-baseline does)",
     )
     answers = {"max_new_tokens": 8, "answers": []}
-    assert baseline.record(path, {**_report(900, "h3"), "reference_answers": answers}, promote=False)[0]
+    assert baseline.record(path, {**_report(900, "h3"), "reference_answers": answers}, promote=True)[0]
     doc = json.loads(path.read_text())
     assert sorted(doc) == ["history", "reference", "schema", "written_at"] and doc["written_at"].endswith("+00:00")
-    assert doc["reference"]["answers"] == answers
+    assert doc["reference"]["answers"] == answers and len(doc["history"]) == 1
     path.write_text("{broken")
     assert baseline.record(path, _report(1100, "h4"), promote=True)[0]  # an unusable file: no history to keep
     assert json.loads(path.read_text())["history"] == []

@@ -564,8 +564,8 @@ def test_the_stability_checks_whole():
 
 
 def test_the_reference_and_log_checks_whole():
-    from validate.answers import ReferenceResult
     from validate.logscan import LogScanResult
+    from validate.phases import ReferenceResult
 
     cfg = parse_config({})
     assert judge.reference(ReferenceResult("error", error="HTTP 500: boom"), cfg) == judge.Check(
@@ -946,3 +946,66 @@ def test_the_report_rounds_a_fast_single_stream_and_counts_failed_warm_ups():
     tp = Throughput([_run(2, 1.0)], 30.0)
     tp.runs[0].warmup = [_ok(0, 1.0), _bad("http_error", "HTTP 500"), _bad("abort")]
     assert tp.to_dict()["warmup_failed"] == 2
+
+
+def test_starts_before_the_gate_are_reported_and_with_a_restart_during_it_named_crash_looping():
+    from validate.phases import Identity
+
+    same = [Identity("after readiness", {"random_seed": 1}), Identity("after throughput", {"random_seed": 1})]
+    moved = [Identity("after readiness", {"random_seed": 1}), Identity("after throughput", {"random_seed": 2})]
+    earlier = ["server.log: 2 starts before the gate began"]
+    ok = judge.restarted(same, [], earlier)
+    assert ok.passed and ok.message == (
+        "same server process from 'after readiness' to 'after throughput' (random_seed); before the gate: "
+        "server.log: 2 starts before the gate began (not during it)"
+    )
+    only = judge.restarted([], [], earlier)
+    assert (
+        only.passed
+        and only.message
+        == "no restart during the gate; before the gate: server.log: 2 starts before the gate began (not during it)"
+    )
+    assert judge.restarted([], [], []) is None
+    loop = judge.restarted(moved, [], earlier)
+    assert not loop.passed and loop.message == (
+        "FAILED the server is crash-looping: it started before the gate (server.log: 2 starts before the gate "
+        "began) and restarted between 'after readiness' and 'after throughput': random_seed 1 -> 2"
+    )
+    log_loop = judge.restarted(same, ["w.log: 1 start banner(s) after the gate began"], earlier)
+    assert log_loop.message == (
+        "FAILED the server is crash-looping: it started before the gate (server.log: 2 starts before the gate "
+        "began) and restarted during the gate: its log shows a new start: w.log: 1 start banner(s) after the gate began"
+    )
+    plain = judge.restarted(moved, [], [])
+    assert (
+        plain.message
+        == "FAILED the server restarted between 'after readiness' and 'after throughput': random_seed 1 -> 2"
+    )
+
+
+def test_only_a_comparison_that_could_not_be_made_is_accepted_by_a_promotion():
+    nc = judge.not_compared("baseline.reference", "the speed figures were", "the workload changed: x: 1 -> 2")
+    assert (nc.passed, nc.measured, nc.required, nc.unit, nc.op) == (False, "not compared", "compared", "", "")
+    assert nc.message == (
+        "FAILED the speed figures were not compared with the group's reference: the workload changed: x: 1 -> 2; "
+        "to accept the change on purpose, promote this gate to the group's reference: --promote-baseline (role "
+        "variable sglang_gate_promote_baseline: true)"
+    )
+    ok = judge.promoted(nc)
+    assert (
+        ok.passed
+        and ok.name == nc.name
+        and ok.measured == "not compared"
+        and ok.message
+        == (
+            "accepted on purpose (--promote-baseline replaces the group's reference): the speed figures were not "
+            "compared with the group's reference: the workload changed: x: 1 -> 2; " + judge.ACCEPT
+        )
+    )
+    regression = judge.Check("baseline.total_token_throughput", False, 5.0, 9.0, "tok/s", "FAILED regression: x", ">=")
+    floor = judge.Check("accuracy.score", False, 0.1, 0.9, "ratio", "FAILED accuracy 0.1", ">=")
+    assert judge.promoted(regression) is regression and judge.promoted(floor) is floor
+    first = judge.group_reference("b.json", "", None)
+    assert (first.passed, first.measured) == (True, "recorded") and first.message.startswith("recorded: no reference")
+    seen = judge.group_reference("b.json", "", "")
+    assert seen.message == "compared with the group's reference from an unknown time (b.json)"

@@ -79,12 +79,13 @@ CHATS = {
 }
 
 
-def _gen(n: int, finish: dict | None = None, tokens: bool = True) -> bytes:
-    """One /generate event in SGLang's shape: cumulative text, meta_info.completion_tokens."""
+def _gen(n: int, finish: dict | None = None, tokens: bool = True, ids: bool = True) -> bytes:
+    """One /generate event in SGLang's shape: cumulative text and output_ids, meta_info.completion_tokens."""
     meta = {"id": "r", "finish_reason": finish, "prompt_tokens": 3}
     if tokens:
         meta["completion_tokens"] = n
-    return b"data: " + json.dumps({"text": "t" * n, "meta_info": meta}).encode() + b"\n\n"
+    event = {"text": "t" * n, "meta_info": meta} | ({"output_ids": list(range(10, 10 + n))} if ids else {})
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
 LEN5 = {"type": "length", "length": 5}
@@ -96,6 +97,8 @@ TIMED = {
         (0.3, _gen(2, tokens=False) + _gen(3, tokens=False)),
         (0.3, _gen(4, tokens=False) + _gen(5, LEN5, tokens=False) + DONE),
     ],
+    # what a server that leaves out output_ids streams: text and a claim, nothing to count
+    "gen_no_ids": [(0, _gen(1, ids=False)), (0.3, _gen(2, ids=False) + _gen(5, LEN5, ids=False) + DONE)],
     # an empty first event (SGLang's role/prefill event) before the first text
     "gen_empty_first": [
         (0, b'data: {"text": "", "meta_info": {"completion_tokens": 0}}\n\n' + _gen(1)),
@@ -237,18 +240,20 @@ def test_recorded_chat_stream_gives_exact_counts(server):
     assert len(r.itl) == 11 and all(g >= 0 for g in r.itl) and 0 < r.ttft <= r.latency
 
 
-def test_reasoning_content_counts_and_chunks_stand_in_for_usage(server):
+def test_reasoning_content_counts_and_the_usage_claim_is_checked_never_taken(server):
     base, loop, _ = server
     r = _run(loop, lambda s: chat_stream(s, base + "/chat/reasoning", "m", "p", 50))
     assert r.success and r.output_len == 3 and r.text_chars == len("Let me count1 2 3") and len(r.itl) == 2
     assert r.finish_reason == {"type": "stop", "matched": 151336} and r.prompt_len == 0
     u = _run(loop, lambda s: chat_stream(s, base + "/chat/usage", "m", "p", 50))
-    assert u.success and (u.output_len, u.prompt_len, u.text_chars) == (5, 7, 4) and len(u.itl) == 1
+    # usage claims 5 for 2 pieces: plausible, so no failure; the count is what was streamed, never the claim
+    assert u.success and (u.output_len, u.prompt_len, u.text_chars) == (2, 7, 4) and len(u.itl) == 1
+    assert u.claimed_tokens == 5
     assert 0 <= u.itl[0] < 1  # a gap between two chunks, not a sum of clock readings
     p = _run(loop, lambda s: chat_stream(s, base + "/chat/usage_prompt_only", "m", "p", 50))
     assert p.success and (p.output_len, p.prompt_len) == (2, 7)  # no completion_tokens: chunks count
     z = _run(loop, lambda s: chat_stream(s, base + "/chat/usage_zero_prompt", "m", "p", 50))
-    assert z.success and (z.output_len, z.prompt_len) == (3, 0)
+    assert z.success and (z.output_len, z.prompt_len, z.claimed_tokens) == (1, 0, 3)
     assert u.finish_reason == {"type": "length", "matched": None}
 
 
@@ -349,13 +354,16 @@ def test_itl_splits_a_read_evenly_over_its_new_tokens(server):
     assert 0.25 <= r.itl[3] <= 0.6 and 0.55 <= r.latency <= 1.5, (r.itl, r.latency)
 
 
-def test_without_completion_tokens_events_count_as_tokens(server):
+def test_the_streamed_ids_count_the_tokens_and_a_stream_without_them_fails(server):
     base, loop, _ = server
-    r = _gen_run(loop, base, "gen_no_counts")
-    assert r.success and r.output_len == 5 and len(r.itl) == 4
+    r = _gen_run(loop, base, "gen_no_counts")  # no completion_tokens claimed: the ids count
+    assert r.success and r.output_len == 5 and len(r.itl) == 4 and r.claimed_tokens is None
     assert r.itl[0] == r.itl[1] and 0.1 <= r.itl[0] <= 0.3 and r.itl[2] == r.itl[3] and 0.1 <= r.itl[2] <= 0.3, r.itl
     short = _gen_run(loop, base, "gen_no_counts", want=6)
     assert short.failure == "short" and short.error == "returned 5 of 6 tokens (finish_reason length)"
+    blind = _gen_run(loop, base, "gen_no_ids")  # claims 5 tokens, streams no ids: never taken on its word
+    assert (blind.success, blind.failure, blind.output_len) == (False, "uncounted", 0)
+    assert blind.error == "the stream carried no output_ids (3 events): its tokens cannot be counted"
 
 
 def test_ttft_waits_for_the_first_text_not_the_first_event(server):

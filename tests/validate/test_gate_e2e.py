@@ -15,6 +15,8 @@ import time
 import pytest
 from _gate_helpers import ONLY_READINESS, REPO, check, load_report, merge, run_gate, write_config
 
+NO_ANSWERS = {"answers": {"reference": {"enabled": False}}, "accuracy": {"enabled": False}}
+
 
 def _gate(capsys, engine, cfg, report, *extra):
     code, out, err = run_gate(
@@ -72,7 +74,7 @@ def test_healthy_engine_passes_end_to_end_via_module_cli(engine_factory, tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - t0 < 60
     rep = load_report(report)
-    assert rep["schema_version"] == 2 and rep["verdict"] == "pass" and rep["exit_code"] == 0
+    assert rep["schema_version"] == 3 and rep["verdict"] == "pass" and rep["exit_code"] == 0
     assert rep["engine"] == "test-engine" and "not from SGLang" in rep["engine_note"]
     assert rep["labels"] == {"host": "ci-1", "image": "test"}
     assert rep["patch_record"]["engine"] == "test-engine"
@@ -147,6 +149,7 @@ def test_hang_times_out_within_the_deadline(engine_factory, tmp_path, capsys):
     cfg = write_config(
         tmp_path,
         {
+            "accuracy": {"enabled": False},
             "single_stream": {"enabled": False},
             "throughput": {"enabled": False},
             "stability": {"concurrency": [16, 32, 64], "step_timeout_s": 3, "health_timeout_s": 2},
@@ -164,7 +167,8 @@ def test_hang_times_out_within_the_deadline(engine_factory, tmp_path, capsys):
 
 def test_hang_on_first_request_stops_the_remaining_phases(engine_factory, tmp_path, capsys):
     eng = engine_factory("--engine-fault", "hang")
-    cfg = write_config(tmp_path, {"single_stream": {"timeout_s": 2}, "stability": {"health_timeout_s": 1}})
+    # the sampled warm-up waits as long as the phase it warms (throughput.timeout_s), no longer
+    cfg = write_config(tmp_path, {"throughput": {"timeout_s": 2}, "stability": {"health_timeout_s": 1}})
     t0 = time.monotonic()
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r")
     assert code == 1 and time.monotonic() - t0 < 10
@@ -278,7 +282,8 @@ def test_baseline_first_pass_writes_then_regression_fails_and_never_overwrites(e
     )
     baseline = tmp_path / "baseline.json"
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r1", "--baseline", str(baseline), "--update-baseline")
-    assert code == 0 and rep["baseline"]["updated"] is True and "no baseline yet" in rep["baseline"]["note"]
+    assert code == 0 and rep["baseline"]["updated"] is True
+    assert rep["baseline"]["note"].startswith("recorded: no reference for this group yet")
     stored = json.loads(baseline.read_text())
     assert stored["schema"] == "sglang-gate-baseline/2" and stored["history"] == []
     assert stored["reference"]["key_metrics"] == rep["key_metrics"]
@@ -311,6 +316,7 @@ def test_a_dip_is_measured_again_and_passes_while_a_lasting_regression_is_confir
         "throughput": {"num_prompts": 16, "output_len": 32, "repeats": 3, "max_repeats": 3, "min_total_tok_s": 100},
         "stability": {"enabled": False},
         "answers": {"reference": {"enabled": False}},
+        "accuracy": {"enabled": False},  # slow_first counts requests: only the throughput's here
         "baseline": {"metrics": ["total_token_throughput"], "confirm_wait_s": 0.2},
     }
     cfg = write_config(tmp_path, over)
@@ -360,9 +366,11 @@ def test_a_dip_is_measured_again_and_passes_while_a_lasting_regression_is_confir
     assert check(rep, "baseline.total_token_throughput")["measured"] < 0.6 * ref
 
 
-def test_baseline_from_another_engine_is_not_compared(engine_factory, tmp_path, capsys):
+def test_baseline_from_another_engine_fails_the_comparison_until_promoted(engine_factory, tmp_path, capsys):
     eng = engine_factory()
-    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 8}}))
+    # the speed figures' comparison alone (the answers' and the accuracy's are tested in test_gate_trust.py)
+    over = {"throughput": {"enabled": True, "num_prompts": 8}, **NO_ANSWERS}
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, over))
     baseline = tmp_path / "baseline.json"
     baseline.write_text(
         json.dumps(
@@ -375,13 +383,26 @@ def test_baseline_from_another_engine_is_not_compared(engine_factory, tmp_path, 
         )
     )
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r", "--baseline", str(baseline))
-    assert code == 0 and rep["baseline"]["used"] is False and "not compared" in rep["baseline"]["note"]
-    assert "'sglang'" in rep["baseline"]["note"] and "'test-engine'" in rep["baseline"]["note"]
+    assert code == 1 and rep["baseline"]["used"] is False and "baseline.reference" in rep["failed_checks"]
+    assert check(rep, "baseline.reference")["message"] == (
+        "FAILED the speed figures were not compared with the group's reference: the reference was measured on "
+        "engine 'sglang', this server is 'test-engine'; to accept the change on purpose, promote this gate to the "
+        "group's reference: --promote-baseline (role variable sglang_gate_promote_baseline: true)"
+    )
+    # accepted on purpose: the same gate with --promote-baseline passes and replaces the reference
+    code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r2", "--baseline", str(baseline), "--promote-baseline")
+    assert code == 0 and rep["baseline"]["updated"] is True
+    assert check(rep, "baseline.reference")["message"].startswith(
+        "accepted on purpose (--promote-baseline replaces the group's reference): the speed figures were not compared"
+    )
+    stored = json.loads(baseline.read_text())
+    assert stored["reference"]["engine"] == "test-engine" and stored["history"][0]["engine"] == "sglang"
 
 
-def test_baseline_of_another_workload_is_not_compared(engine_factory, tmp_path, capsys):
+def test_baseline_of_another_workload_fails_the_comparison(engine_factory, tmp_path, capsys):
     eng = engine_factory()
-    cfg = write_config(tmp_path, merge(ONLY_READINESS, {"throughput": {"enabled": True, "num_prompts": 8}}))
+    over = {"throughput": {"enabled": True, "num_prompts": 8}, **NO_ANSWERS}
+    cfg = write_config(tmp_path, merge(ONLY_READINESS, over))
     baseline = tmp_path / "baseline.json"
     code, _, _ = _gate(capsys, eng, cfg, tmp_path / "r1", "--baseline", str(baseline), "--update-baseline")
     assert code == 0
@@ -391,10 +412,10 @@ def test_baseline_of_another_workload_is_not_compared(engine_factory, tmp_path, 
     stored["reference"]["key_metrics"]["total_token_throughput"] = 1e9
     baseline.write_text(json.dumps(stored))
     code, _, rep = _gate(capsys, eng, cfg, tmp_path / "r2", "--baseline", str(baseline))
-    assert code == 0 and rep["baseline"]["used"] is False
+    assert code == 1 and rep["baseline"]["used"] is False and rep["failed_checks"] == ["baseline.reference"]
     assert (
-        "different workload" in rep["baseline"]["note"]
-        and "throughput.num_prompts: 256 -> 8" in rep["baseline"]["note"]
+        "the workload changed since the reference was measured: throughput.num_prompts: 256 -> 8; "
+        in (rep["baseline"]["note"])
     )
 
 

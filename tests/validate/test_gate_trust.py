@@ -33,7 +33,11 @@ SMALL = {
     "single_stream": {"max_tokens": 40, "timeout_s": 10},
     "stability": {"enabled": False},
     "logs": {"context_lines": 1},
+    "accuracy": {"enabled": False},  # on where a test is about it (ACCURACY): the faults here strike the load
 }
+ACCURACY = {"accuracy": {"enabled": True, "questions": 8, "concurrency": 8, "timeout_s": 10}}
+# only the answers decide (and the gate takes a few seconds): the load phases off
+ANSWERS_ONLY = merge(ACCURACY, {"throughput": {"enabled": False}, "single_stream": {"enabled": False}})
 
 
 def _gate(url, tmp_path, cfg=None, **opts):
@@ -48,8 +52,9 @@ def _check(report, name):
 
 def test_a_healthy_engine_passes_every_new_check(engine_factory, tmp_path):
     eng = engine_factory(*FAST)
-    report, _ = _gate(eng.url, tmp_path, model="test-engine/GLM-5-NVFP4", logs=[str(eng.log)])
+    report, _ = _gate(eng.url, tmp_path, ACCURACY, model="test-engine/GLM-5-NVFP4", logs=[str(eng.log)])
     assert report["verdict"] == "pass", report["failed_checks"]
+    assert _check(report, "accuracy.score")["measured"] == 1.0
     assert _check(report, "server.model")["passed"] and _check(report, "sampler_warmup.request")["passed"]
     assert _check(report, "throughput.warmup")["measured"] == 0
     assert _check(report, "server.restarted")["message"].startswith("same server process from 'after readiness'")
@@ -66,9 +71,7 @@ def test_one_token_repeated_is_a_failed_request_in_every_phase(engine_factory, t
     assert not c["passed"] and c["measured"] == 8
     assert "degenerate answer: token id 0 repeated 32 times in a row (32 of 32 tokens): '!!!!" in c["message"]
     ss = _check(report, "single_stream.request")
-    assert (
-        ss["measured"] == "degenerate" and "the piece '!' repeated 40 times in a row (40 of 40 pieces)" in ss["message"]
-    )
+    assert ss["measured"] == "degenerate" and "token id 0 repeated 40 times in a row (40 of 40 tokens)" in ss["message"]
     assert _check(report, "throughput.warmup")["measured"] == 1  # the warm-up's 32 tokens are judged too
     assert report["key_metrics"]["total_token_throughput"] == 0.0  # nothing counted from garbage
 
@@ -95,8 +98,10 @@ def test_a_usage_claim_four_times_the_stream_is_a_failed_request(engine_factory,
     tp = report["phases"]["throughput"]
     assert tp["failure_reasons"] == {"usage_mismatch": 8} and tp["total_output"] == 0
     assert "the server claims 128 tokens but streamed 32" in _check(report, "throughput.failed_requests")["message"]
+    # the single stream counts the ids it streamed, never the server's word (the claim fails it)
     ss = _check(report, "single_stream.request")
-    assert ss["measured"] == "usage_mismatch" and "claims 160 tokens but streamed pieces allow 40-88" in ss["message"]
+    assert ss["measured"] == "usage_mismatch" and "the server claims 160 tokens but streamed 40" in ss["message"]
+    assert report["key_metrics"]["single_stream_decode_tok_s"] is None
 
 
 def test_more_tokens_than_asked_is_overlong(engine_factory, tmp_path):
@@ -127,7 +132,9 @@ def test_a_restart_during_the_warm_ups_fails_server_restarted(engine_factory, tm
     c = _check(report, "server.restarted")
     assert not c["passed"]
     assert c["message"].startswith("FAILED the server restarted during the gate: its log shows a new start: ")
-    assert "1 start banner(s)" not in c["message"] and "2 start banner(s)" in c["message"]
+    # the log holds the start-up too: its banner is before the gate's start (the offset), the restart's after
+    assert c["message"].endswith(f"{eng.log}: 1 start banner(s) ('Started server process [') after the gate began")
+    assert report["phases"]["logs"]["starts_before"] == {str(eng.log): 1}
     ids = report["phases"]["identity"]
     assert ids[0]["facts"]["random_seed"] != ids[-1]["facts"]["random_seed"]
     # without the log the identity reads alone catch it
@@ -161,7 +168,7 @@ def test_a_stalled_stream_is_judged_within_the_phase_deadline(engine_factory, tm
     assert took < 3 + 8, took  # one phase deadline plus a few seconds, not 3 runs + 2 steps of deadlines
     assert _check(report, "throughput.warmup")["measured"] == 1
     assert report["phases"]["throughput"]["failure_reasons"] == {"timeout": 8}
-    assert report["skipped"][2] == (
+    assert report["skipped"][3] == (
         "stability: skipped, the server stalled (8 throughput requests still open at the 3s deadline)"
     )
     assert report["verdict"] == "fail"
@@ -235,7 +242,7 @@ def test_reference_answers_recorded_then_compared_and_other_weights_fail(engine_
     eng = engine_factory(*FAST)
     first, _ = _gate(eng.url, tmp_path / "1", cfg, baseline_path=str(base))
     rec = _check(first, "answers.reference")
-    assert rec["passed"] and rec["message"].startswith("recorded 8 reference answers (first gate of the group")
+    assert rec["passed"] and rec["message"].startswith("recorded 8 reference answers (the group has none yet")
     from validate import baseline as store
 
     assert store.record(base, first, promote=False)[0]
@@ -321,3 +328,165 @@ def test_answers_off_skips_the_phase_and_the_rule(engine_factory, tmp_path):
     report, _ = _gate(eng.url, tmp_path, {"answers": {"enabled": False}})
     assert report["skipped"][0] == "answers: disabled in config"
     assert report["phases"]["throughput"]["failure_reasons"] == {}  # what the gate saw before: all fine
+
+
+# ----- accuracy on known answers: the first host of a group is judged too -----
+
+
+def _cli(capsys, eng, tmp_path, name, over, *extra):
+    """The real CLI in process on SMALL + ``over``; returns (exit code, report)."""
+    cfg = tmp_path / f"{name}.yml"
+    cfg.write_text(json.dumps(merge(SMALL, over)))
+    code, _, err = run_gate(
+        capsys, "gate", "--url", eng.url, "--config", str(cfg), "--report", str(tmp_path / name), *extra
+    )
+    assert "Traceback" not in err, err
+    return code, json.loads((tmp_path / name / "report.json").read_text())
+
+
+def test_fluent_wrong_answers_fail_the_first_host_of_a_group(engine_factory, tmp_path, capsys):
+    """The stand-in proxy kind of fault: every digit the engine writes is one up; ids, counts and
+    log-probabilities are the honest engine's. Everything else passes, and the group has no reference
+    yet, so only answers checked against known answers can fail it."""
+    eng = engine_factory(*FAST, "--engine-fault", "shifted_digits")
+    base = tmp_path / "baseline.json"
+    code, rep = _cli(capsys, eng, tmp_path, "first", ACCURACY, "--baseline", str(base), "--update-baseline")
+    assert code == 1 and rep["failed_checks"] == ["accuracy.score"]
+    c = _check(rep, "accuracy.score")
+    assert c["measured"] == 0.0 and c["required"] == 0.5  # validate's default floor (the profiles set their own)
+    assert "e.g. question 0: expected 10378, read 21489 from ' Working through the question" in c["message"]
+    assert _check(rep, "answers.reference")["measured"] == "recorded"  # the ids are the honest ones
+    assert _check(rep, "baseline.reference")["measured"] == "recorded"
+    assert rep["baseline"]["updated"] is False and not base.exists()  # a failed first gate records nothing
+    honest = engine_factory(*FAST)
+    code, rep = _cli(capsys, honest, tmp_path, "honest", ACCURACY, "--baseline", str(base), "--update-baseline")
+    assert code == 0 and rep["baseline"]["updated"] is True
+    stored = json.loads(base.read_text())["reference"]
+    assert stored["accuracy"] == rep["accuracy"] and stored["accuracy"]["correct"] == 8
+    assert stored["accuracy"]["settings"]["fingerprint"] == rep["phases"]["accuracy"]["settings"]["fingerprint"]
+    assert len(stored["answers"]["answers"]) == 8
+
+
+def test_changed_settings_fail_the_comparison_until_promoted_on_purpose(engine_factory, tmp_path, capsys):
+    eng = engine_factory(*FAST)
+    base = tmp_path / "baseline.json"
+    code, _ = _cli(capsys, eng, tmp_path, "r0", ANSWERS_ONLY, "--baseline", str(base), "--update-baseline")
+    assert code == 0
+    same = _cli(capsys, eng, tmp_path, "r1", ANSWERS_ONLY, "--baseline", str(base))[1]
+    assert same["verdict"] == "pass" and _check(same, "accuracy.reference")["measured"] == 0.0
+    changed = merge(ANSWERS_ONLY, {"accuracy": {"seed": 2}, "answers": {"reference": {"max_new_tokens": 16}}})
+    code, rep = _cli(capsys, eng, tmp_path, "r2", changed, "--baseline", str(base), "--update-baseline")
+    assert code == 1 and rep["failed_checks"] == ["answers.reference", "accuracy.reference"]
+    when = rep["phases"]["accuracy"]["reference_from"]
+    assert _check(rep, "answers.reference")["message"].startswith(
+        f"FAILED the reference answers were not compared with the group's reference: reference answers settings "
+        f"changed since the reference (from {when}): max_new_tokens: 32 -> 16; to accept the change on purpose, "
+        "promote this gate to the group's reference: --promote-baseline (role variable sglang_gate_promote_baseline"
+    )
+    acc = _check(rep, "accuracy.reference")["message"]
+    assert f"accuracy settings changed since the reference (from {when}): seed: 1 -> 2; fingerprint: '" in acc
+    assert json.loads(base.read_text())["reference"]["accuracy"]["settings"]["seed"] == 1  # kept: a failure
+    code, rep = _cli(capsys, eng, tmp_path, "r3", changed, "--baseline", str(base), "--promote-baseline")
+    assert code == 0 and rep["baseline"]["updated"] is True and rep["failed_checks"] == []
+    assert _check(rep, "accuracy.reference")["message"].startswith("accepted on purpose (--promote-baseline")
+    doc = json.loads(base.read_text())
+    assert doc["reference"]["accuracy"]["settings"]["seed"] == 2 and doc["reference"]["answers"]["max_new_tokens"] == 16
+    assert doc["history"][0]["accuracy"]["settings"]["seed"] == 1
+    after = _cli(capsys, eng, tmp_path, "r4", changed, "--baseline", str(base))[1]
+    assert after["verdict"] == "pass" and _check(after, "answers.reference")["measured"] == 0.0
+
+
+def test_a_finalize_that_promotes_accepts_what_the_gate_could_not_compare(engine_factory, tmp_path, capsys):
+    """The role's way: the gate (on the host) cannot compare and fails; finalize --promote-baseline on the
+    controller accepts that on purpose and writes the reference."""
+    eng = engine_factory(*FAST)
+    base = tmp_path / "baseline.json"
+    base.write_text("{broken")
+    code, rep = _cli(capsys, eng, tmp_path, "g", ANSWERS_ONLY, "--baseline", str(base))
+    assert code == 1 and rep["failed_checks"] == ["answers.reference", "accuracy.reference", "baseline.reference"]
+    assert "the group's reference cannot be read: " in _check(rep, "baseline.reference")["message"]
+    window = tmp_path / "window.log"
+    window.write_text("fine\n")
+    code, _, _ = run_gate(
+        capsys, "finalize", "--report", str(tmp_path / "g"), "--log", str(window), "--baseline", str(base)
+    )
+    assert code == 1 and base.read_text() == "{broken"
+    code, _, _ = run_gate(
+        capsys, "finalize", "--report", str(tmp_path / "g"), "--log", str(window), "--baseline", str(base),
+        "--promote-baseline",
+    )  # fmt: skip
+    assert code == 0 and json.loads(base.read_text())["reference"]["how"] == "promoted (--promote-baseline)"
+    final = json.loads((tmp_path / "g" / "report.json").read_text())
+    assert final["verdict"] == "pass" and final["baseline"]["updated"] is True
+
+
+def test_an_accuracy_phase_that_stalls_stops_the_phases_after_it(engine_factory, tmp_path):
+    eng = engine_factory(*FAST, "--engine-fault", "stall_after:5")  # the 4-token sampled warm-up passes
+    t0 = time.monotonic()
+    report, _ = _gate(eng.url, tmp_path, merge(ACCURACY, {"accuracy": {"timeout_s": 1}}))
+    assert time.monotonic() - t0 < 8
+    assert report["skipped"][1:3] == [
+        "single_stream: skipped, the server stalled (accuracy questions unanswered at the 1s deadline)",
+        "throughput: skipped, the server stalled (accuracy questions unanswered at the 1s deadline)",
+    ]
+    assert report["phases"]["accuracy"]["timed_out"] is True
+    assert _check(report, "accuracy.failed_requests")["message"].startswith(
+        "FAILED accuracy: 8 of 8 requests failed (8 not finished within the 1s deadline or failed)"
+    )
+
+
+def test_a_reference_phase_that_stalls_stops_the_phases_after_it(engine_factory, tmp_path):
+    eng = engine_factory(*FAST, "--engine-fault", "stall_after:5")
+    cfg = {"answers": {"reference": {"timeout_s": 1}}, "throughput": {"timeout_s": 2}}
+    t0 = time.monotonic()
+    report, _ = _gate(eng.url, tmp_path, cfg, baseline_path=str(tmp_path / "b.json"))
+    assert time.monotonic() - t0 < 8
+    assert _check(report, "answers.reference")["message"] == "FAILED reference answers: no answer within 1s"
+    assert report["skipped"][1] == (
+        "single_stream: skipped, the server stalled (a reference answer did not come within "
+        "answers.reference.timeout_s = 1s)"
+    )
+
+
+def test_the_deadline_bounds_the_log_fetch_and_the_report_is_written(tmp_path, capsys, monkeypatch, engine_factory):
+    from _gate_helpers import stub_docker
+
+    eng = engine_factory(*FAST)
+    # `docker logs` never ends (a daemon that hangs); `docker inspect` answers at once
+    stub_docker(tmp_path, monkeypatch, 'case "$1" in logs) exec sleep 60;; *) echo "0 2026-12-05T22:40:01Z";; esac')
+    over = {"deadline_s": 4, "throughput": {"enabled": False}, "single_stream": {"enabled": False}}
+    t0 = time.monotonic()
+    code, rep = _cli(capsys, eng, tmp_path, "r", over, "--log", "docker:srv")
+    took = time.monotonic() - t0
+    assert code == 1 and took < 4 + 1.5, took  # the report written within deadline_s
+    c = _check(rep, "logs.crash_signatures")
+    assert (
+        not c["passed"]
+        and c["message"].startswith("FAILED cannot read log: docker logs srv: did not finish within ")
+        and c["message"].endswith("s (the time left before the deadline)")
+    )
+    assert rep["stopped"] is None  # measuring had ended: only the fetch hit the deadline
+
+
+def test_a_signal_while_the_report_is_written_waits_for_it(tmp_path):
+    """SIGTERM after measuring, while the report and the baseline are written: the handlers are still in
+    place, so the process finishes its report instead of dying without one (exit -15)."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import asyncio, os, signal, sys, time\n"
+        "from validate.config import parse_config\n"
+        "from validate.gate import Gate, GateOptions\n"
+        "cfg = parse_config({'readiness': {'timeout_s': 0.3, 'interval_s': 0.1, 'request_timeout_s': 0.1}})\n"
+        "def finish(report, left):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.3)\n"
+        "    open(sys.argv[1], 'w').write(report['verdict'] + ' %.0f' % left)\n"
+        "    return 7\n"
+        "opts = GateOptions(url='http://127.0.0.1:9', config=cfg, config_path='x')\n"
+        "print('finished', asyncio.run(Gate(opts, lambda m: None).run_then(finish)))\n"
+    )
+    out = tmp_path / "written"
+    proc = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "finished 7", proc.stdout + proc.stderr
+    verdict, left = out.read_text().split()
+    assert verdict == "fail" and 3000 < int(left) <= 3300  # what deadline_s leaves for the baseline's lock

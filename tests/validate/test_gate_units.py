@@ -9,13 +9,14 @@ import time
 from datetime import datetime
 
 import pytest
-from _gate_helpers import gate_in_process, stub_docker
+from _gate_helpers import check, gate_in_process, stub_docker
 
 from testengine.harness import EngineSet
 from validate import __version__
 from validate import baseline as store
 from validate.config import parse_config
-from validate.gate import compare_baseline, key_metrics, rejudge_logs, scan
+from validate.gate import GroupReference, compare_baseline, key_metrics, rejudge_logs
+from validate.gate import scan as scan_async
 from validate.metrics import METRIC_DEFINITIONS
 from validate.serverinfo import TEST_ENGINE_NOTE
 
@@ -30,6 +31,20 @@ TP = {
 }
 SS = {"success": True, "decode_tok_s": 42.0}
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
+ACCEPT = (
+    "to accept the change on purpose, promote this gate to the group's reference: --promote-baseline "
+    "(role variable sglang_gate_promote_baseline: true)"
+)
+
+
+def scan(*args, **kw):
+    import asyncio
+
+    return asyncio.run(scan_async(*args, **kw))
+
+
+def _group(path) -> GroupReference:
+    return GroupReference.read(str(path))
 
 
 def test_key_metrics_take_medians_and_single_stream_speed():
@@ -75,34 +90,42 @@ def test_no_baseline_given_missing_or_unusable_says_why(tmp_path):
         [],
     )
     missing = str(tmp_path / "b.json")
-    assert compare_baseline(missing, "sglang", cfg, {}) == (
-        {"path": missing, "used": False, "note": f"no baseline yet at {missing}: no regression check this run"},
-        [],
+    info, checks = compare_baseline(_group(missing), "sglang", cfg, {})
+    assert [(c.name, c.passed, c.measured) for c in checks] == [("baseline.reference", True, "recorded")]
+    assert info == {"path": missing, "used": False, "note": checks[0].message}
+    assert checks[0].message == (
+        f"recorded: no reference for this group yet ({missing}); this gate is its first, and its figures, answers "
+        "and accuracy become the reference when it passes"
     )
     bad = tmp_path / "bad.json"
     bad.write_text("{oops")
-    info, checks = compare_baseline(str(bad), "sglang", cfg, {})
-    assert checks == [] and info["used"] is False
-    assert info["note"].startswith(f"baseline not compared: {bad}: not readable JSON: ")
+    info, checks = compare_baseline(_group(bad), "sglang", cfg, {})
+    assert [(c.name, c.passed, c.measured, c.required) for c in checks] == [
+        ("baseline.reference", False, "not compared", "compared")
+    ]
+    assert info["used"] is False and checks[0].message.startswith(
+        f"FAILED the speed figures were not compared with the group's reference: the group's reference cannot be "
+        f"read: {bad}: not readable JSON: "
+    )
+    assert checks[0].message.endswith("; " + ACCEPT)
 
 
-def test_other_engine_or_workload_is_not_compared(tmp_path):
+def test_other_engine_or_workload_is_a_failed_comparison_naming_the_change(tmp_path):
     cfg = _cfg()
     path = tmp_path / "b.json"
     _write_reference(path, cfg, key_metrics(TP, SS), engine="test-engine")
-    info, checks = compare_baseline(str(path), "sglang", cfg, key_metrics(TP, SS))
-    assert checks == [] and info["used"] is False
-    assert info["note"] == "baseline was measured on engine 'test-engine', this server is 'sglang': not compared"
-    assert info["reference"] == {
-        "started_at": "2026-12-03T10:00:00+00:00",
-        "labels": {"host": "h1"},
-        "how": "first passing gate of the group",
-    }
+    info, checks = compare_baseline(_group(path), "sglang", cfg, key_metrics(TP, SS))
+    assert [(c.name, c.passed) for c in checks] == [("baseline.reference", False)] and info["used"] is False
+    assert checks[0].message == (
+        "FAILED the speed figures were not compared with the group's reference: the reference was measured on "
+        "engine 'test-engine', this server is 'sglang'; " + ACCEPT
+    )
+    assert "reference" not in info and info["note"] == checks[0].message
     other = parse_config({"throughput": {"num_prompts": 64, "output_len": 32}})
-    info, checks = compare_baseline(str(path), "test-engine", other, key_metrics(TP, SS))
-    assert checks == [] and info["note"] == (
-        "baseline measured a different workload, not compared "
-        "(throughput.num_prompts: 256 -> 64; throughput.output_len: 128 -> 32)"
+    info, checks = compare_baseline(_group(path), "test-engine", other, key_metrics(TP, SS))
+    assert len(checks) == 1 and checks[0].message == (
+        "FAILED the speed figures were not compared with the group's reference: the workload changed since the "
+        "reference was measured: throughput.num_prompts: 256 -> 64; throughput.output_len: 128 -> 32; " + ACCEPT
     )
 
 
@@ -111,18 +134,21 @@ def test_compared_reference_gives_one_check_per_metric_with_values(tmp_path):
     path = tmp_path / "b.json"
     _write_reference(path, cfg, key_metrics(TP, SS))
     now = {**key_metrics(TP, SS), "total_token_throughput": 850.0, "single_stream_decode_tok_s": 40.0}
-    info, checks = compare_baseline(str(path), "sglang", cfg, now)
+    info, checks = compare_baseline(_group(path), "sglang", cfg, now)
     assert info["used"] is True and info["tolerance"] == 0.9
-    assert (
-        info["note"]
-        == "compared with the group's reference from 2026-12-03T10:00:00+00:00 (first passing gate of the group)"
-    )
+    assert info["note"] == f"compared with the group's reference from 2026-12-03T10:00:00+00:00 ({path})"
+    assert info["reference"] == {
+        "started_at": "2026-12-03T10:00:00+00:00",
+        "labels": {"host": "h1"},
+        "how": "first passing gate of the group",
+    }
     assert info["values"] == {
         "total_token_throughput": {"baseline": 1000.0, "measured": 850.0},
         "output_token_throughput": {"baseline": 400.0, "measured": 400.0},
         "single_stream_decode_tok_s": {"baseline": 42.0, "measured": 40.0},
     }
     assert [(c.name, c.passed, c.measured, c.required) for c in checks] == [
+        ("baseline.reference", True, "compared", "compared"),
         ("baseline.total_token_throughput", False, 850.0, 900.0),
         ("baseline.output_token_throughput", True, 400.0, 360.0),
         ("baseline.single_stream_decode_tok_s", True, 40.0, 37.8),
@@ -208,9 +234,9 @@ def test_a_reference_without_its_start_time_says_so(tmp_path):
     cfg = _cfg()
     path = tmp_path / "b.json"
     _write_reference(path, cfg, key_metrics(TP, SS), started="")
-    info, checks = compare_baseline(str(path), "sglang", cfg, key_metrics(TP, SS))
-    assert info["note"] == "compared with the group's reference from unknown time (first passing gate of the group)"
-    assert [c.passed for c in checks] == [True, True, True]
+    info, checks = compare_baseline(_group(path), "sglang", cfg, key_metrics(TP, SS))
+    assert info["note"] == f"compared with the group's reference from an unknown time ({path})"
+    assert [c.passed for c in checks] == [True, True, True, True]
 
 
 def test_scan_without_a_report_folder_fetches_into_the_working_folder_since_the_start(tmp_path, monkeypatch):
@@ -243,9 +269,9 @@ def test_promoted_reference_is_compared_by_its_own_how(tmp_path, engine):
         "started_at": "2026-12-03T11:00:00+00:00",
     }
     assert store.record(path, report, promote=True)[0]
-    info, checks = compare_baseline(str(path), engine, cfg, key_metrics(TP, SS))
+    info, checks = compare_baseline(_group(path), engine, cfg, key_metrics(TP, SS))
     assert info["reference"]["how"] == "promoted (--promote-baseline)"
-    assert [c.passed for c in checks] == [False, True, True]  # 1000 < 0.95 x 2000
+    assert [c.passed for c in checks] == [True, False, True, True]  # 1000 < 0.95 x 2000
 
 
 # ----- Gate.run against the TEST ENGINE (a subprocess on loopback; not SGLang), tiny workloads -----
@@ -266,6 +292,7 @@ TINY = {
     },
     "single_stream": {"max_tokens": 8, "timeout_s": 10, "min_decode_tok_s": 1, "max_ttft_ms": 5000},
     "stability": {"concurrency": [2, 4], "input_len": 16, "output_len": 4, "step_timeout_s": 10, "health_timeout_s": 2},
+    "accuracy": {"questions": 8, "concurrency": 2, "max_new_tokens": 32, "timeout_s": 10},
     "logs": {"context_lines": 1},
     "baseline": {"metrics": ["total_token_throughput"]},
 }
@@ -285,8 +312,12 @@ def _gate(url, tmp_path, cfg=None, **opts):
 def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
     eng = engines(*FAST)
     base = tmp_path / "baseline.json"
-    reference = {"total_token_throughput": 1.0, "single_stream_decode_tok_s": 1.0}
-    _write_reference(base, parse_config(TINY), reference, engine="test-engine")
+    first, _ = _gate(eng.url, tmp_path / "first", baseline_path=str(base))  # the group's first gate records
+    assert first["verdict"] == "pass" and store.record(base, first, promote=False)[0]
+    doc = json.loads(base.read_text())  # a reference far below any run, so only a broken run fails it
+    doc["reference"]["key_metrics"] = {"total_token_throughput": 1.0, "single_stream_decode_tok_s": 1.0}
+    doc["reference"]["started_at"] = "2026-12-03T10:00:00+00:00"
+    base.write_text(json.dumps(doc))
     t0 = time.time()
     report, said = _gate(
         eng.url + "/",
@@ -306,6 +337,7 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "measured": report["key_metrics"]["total_token_throughput"],
     }
     assert report["checks"][-1]["name"] == "baseline.total_token_throughput" and report["checks"][-1]["passed"]
+    assert report["baseline"]["note"] == f"compared with the group's reference from 2026-12-03T10:00:00+00:00 ({base})"
     ss = report["phases"]["single_stream"]
     assert ss["success"] and report["key_metrics"]["single_stream_decode_tok_s"] == ss["decode_tok_s"] > 0
     assert report["phases"]["server_info_note"] == ""
@@ -314,6 +346,10 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "server.model",
         "sampler_warmup.request",
         "answers.reference",
+        "accuracy.failed_requests",
+        "accuracy.score",
+        "accuracy.invalid",
+        "accuracy.reference",
         "single_stream.decode_tok_s",
         "single_stream.ttft_ms",
         "throughput.failed_requests",
@@ -324,11 +360,12 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "logs.crash_signatures",
         "server.restarted",
         "server.health_latency",
+        "baseline.reference",
         "baseline.total_token_throughput",
     ]
     assert report["failed_checks"] == [] and report["skipped"] == []
     assert (report["schema_version"], report["tool"], report["engine"]) == (
-        2,
+        3,
         f"sglang-gate {__version__}",
         "test-engine",
     )
@@ -343,6 +380,7 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "sampler_warmup",
         "identity",
         "reference",
+        "accuracy",
         "single_stream",
         "throughput",
         "stability",
@@ -350,6 +388,21 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
         "logs",
         "server_info_raw",
         "server_info_note",
+    }
+    acc = phases["accuracy"]
+    assert (acc["questions"], acc["correct"], acc["invalid"], acc["failed"], acc["wrong"]) == (8, 8, 0, 0, [])
+    assert acc["settings"]["questions"] == 8 and acc["timed_out"] is False and acc["output_tokens"] > 8
+    assert acc["not_compared"] == "" and acc["reference_from"] == "2026-12-03T10:00:00+00:00"
+    assert check(report, "accuracy.reference")["message"] == (
+        "accuracy 1.000 (8 of 8) vs the group's reference 1.000 (8 of 8, from 2026-12-03T10:00:00+00:00): "
+        "drop 0.000, allowed 0.402 = 3 x binomial standard error 0.134"
+    )
+    assert report["accuracy"] == {
+        "settings": acc["settings"],
+        "questions": 8,
+        "correct": 8,
+        "invalid": 0,
+        "accuracy": 1.0,
     }
     tp = phases["throughput"]
     assert len(tp["runs"]) == 2 and tp["completed"] == 16 and tp["total_output"] == 16 * 4 and tp["failed"] == 0
@@ -368,13 +421,15 @@ def test_a_healthy_run_reports_every_phase_with_exact_counts(engines, tmp_path):
     assert [i["when"] for i in phases["identity"]] == [
         "after readiness",
         "after answers",
+        "after accuracy",
         "after single_stream",
         "after throughput",
         "after stability",
     ]
     assert len({json.dumps(i["facts"], sort_keys=True) for i in phases["identity"]}) == 1  # one process throughout
     assert set(phases["identity"][0]["facts"]) == {"random_seed", "startup_time"}
-    assert phases["reference"]["mode"] == "recorded" and phases["reference"]["answers"] == 8
+    assert phases["reference"]["mode"] == "compared" and phases["reference"]["answers"] == 8
+    assert phases["reference"]["deltas"] == [0.0] * 8 and phases["reference"]["not_compared"] == ""
     assert len(report["reference_answers"]["answers"]) == 8 and report["reference_answers"]["max_new_tokens"] == 32
     assert all(h["healthy"] for h in phases["health_checks"]) and phases["logs"]["files"] == [str(eng.log)]
     assert phases["open_files"]["wanted"] == 8 + 64 and phases["sampler_warmup"]["ok"] is True
@@ -385,13 +440,16 @@ def test_disabled_phases_and_no_log_are_listed_as_skipped(engines, tmp_path):
     eng = engines(*FAST)
     cfg = {
         **TINY,
+        "accuracy": {"enabled": False},
         "single_stream": {"enabled": False},
         "throughput": {"enabled": False},
         "stability": {"enabled": False},
     }
     report, _ = _gate(eng.url, tmp_path, cfg)
     assert report["skipped"] == [
+        "sampler_warmup: no sampled phase runs (throughput and stability are off)",
         "answers: no probes in the config, and the reference answers need --baseline",
+        "accuracy: disabled in config",
         "single_stream: disabled in config",
         "throughput: disabled in config",
         "stability: disabled in config",
@@ -400,14 +458,12 @@ def test_disabled_phases_and_no_log_are_listed_as_skipped(engines, tmp_path):
     assert [c["name"] for c in report["checks"]] == [  # one identity read: no restart check to make
         "readiness",
         "server.model",
-        "sampler_warmup.request",
         "server.health_latency",
     ]
     assert report["verdict"] == "pass"
     assert set(report["phases"]) == {
         "readiness",
         "open_files",
-        "sampler_warmup",
         "identity",
         "health_checks",
         "server_info_raw",
@@ -416,7 +472,7 @@ def test_disabled_phases_and_no_log_are_listed_as_skipped(engines, tmp_path):
     assert report["phases"]["open_files"]["wanted"] == 1 + 64  # nothing bigger than one stream runs
     assert all(v is None for v in report["key_metrics"].values())
     off = _gate(eng.url, tmp_path, {**cfg, "logs": {"enabled": False}})[0]
-    assert off["skipped"][-1] == "stability: disabled in config" and len(off["skipped"]) == 4
+    assert off["skipped"][-1] == "stability: disabled in config" and len(off["skipped"]) == 6
 
 
 def test_a_dead_server_fails_readiness_and_skips_the_rest(tmp_path):
@@ -425,6 +481,7 @@ def test_a_dead_server_fails_readiness_and_skips_the_rest(tmp_path):
     assert report["verdict"] == "fail" and report["failed_checks"][0] == "readiness"
     assert report["skipped"] == [
         "answers: no probes in the config, and the reference answers need --baseline",
+        "accuracy: skipped, the server never became ready",
         "single_stream: skipped, the server never became ready",
         "throughput: skipped, the server never became ready",
         "stability: skipped, the server never became ready",
@@ -466,15 +523,26 @@ def test_a_crash_in_the_sweep_skips_the_steps_after_it(engines, tmp_path):
 
 def test_a_server_wedged_at_its_first_request_stops_every_phase(engines, tmp_path):
     eng = engines(*FAST, "--engine-fault", "hang")
-    cfg = {**TINY, "single_stream": {"timeout_s": 1}, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
+    cfg = {
+        **TINY,
+        "single_stream": {"timeout_s": 30},  # not what the sampled warm-up warms: it does not wait for it
+        "throughput": {**TINY["throughput"], "timeout_s": 1},
+        "stability": {**TINY["stability"], "health_timeout_s": 0.5},
+    }
+    t0 = time.monotonic()
     report, said = _gate(eng.url, tmp_path, cfg)
+    assert time.monotonic() - t0 < 6  # the warm-up waited the throughput's 1 s, the health 0.5 s
     assert report["phases"]["sampler_warmup"]["ok"] is False
     assert report["phases"]["sampler_warmup"]["failure"] == "timeout"
+    assert report["phases"]["sampler_warmup"]["error"] == (
+        "no complete answer within throughput.timeout_s = 1s (the phase it warms)"
+    )
     assert [h["when"] for h in report["phases"]["health_checks"]] == [
         "after readiness",
         "after the failed warm-up request",
     ]
-    assert report["skipped"][1:4] == [
+    assert report["skipped"][1:5] == [
+        "accuracy: skipped, the server was down or wedged",
         "single_stream: skipped, the server was down or wedged",
         "throughput: skipped, the server was down or wedged",
         "stability: skipped, the server was down or wedged",
@@ -553,9 +621,9 @@ def test_a_server_that_dies_in_the_single_stream_is_named_there(engines, tmp_pat
     eng = engines(*FAST)
     real = Measurer.single_stream
 
-    async def dies_first(self, model):
+    async def dies_first(self):
         eng.stop()
-        return await real(self, model)
+        return await real(self)
 
     monkeypatch.setattr(Measurer, "single_stream", dies_first)
     cfg = {**TINY, "stability": {**TINY["stability"], "health_timeout_s": 0.5}}
@@ -581,3 +649,70 @@ def test_a_docker_log_entry_is_fetched_next_to_the_report_since_the_gate_start(t
     assert words[:2] == ["logs", "--since"] and words[3] == "srv"
     assert words[2].startswith(report["started_at"][:19])  # the gate's own start, to the second and finer
     assert "logs.crash_signatures" in report["failed_checks"]
+
+
+def test_each_part_of_the_reference_says_why_it_cannot_be_compared(tmp_path):
+    cfg = _cfg()
+    path = tmp_path / "b.json"
+    assert _group(path).part("sglang", "accuracy", "accuracy", {"seed": 1}) == (None, "", "")  # first gate
+    _write_reference(path, cfg, key_metrics(TP, SS))
+    g = _group(path)
+    assert g.part("sglang", "accuracy", "accuracy", {"seed": 1}) == (
+        None,
+        "2026-12-03T10:00:00+00:00",
+        "the group's reference (from 2026-12-03T10:00:00+00:00) has no accuracy "
+        "(written by an older gate, or with it off)",
+    )
+    assert g.part("test-engine", "answers", "reference answers", {})[2] == (
+        "the reference was measured on engine 'sglang', this server is 'test-engine'"
+    )
+    doc = json.loads(path.read_text())
+    answers = {"max_new_tokens": 32, "answers": [{"prompt": "p"}]}
+    doc["reference"]["answers"] = answers
+    doc["reference"]["accuracy"] = {"settings": {"seed": 1, "questions": 20}, "correct": 20, "questions": 20}
+    path.write_text(json.dumps(doc))
+    g = _group(path)
+    assert g.part("sglang", "accuracy", "accuracy", {"seed": 1, "questions": 20}) == (
+        doc["reference"]["accuracy"],
+        "2026-12-03T10:00:00+00:00",
+        "",
+    )
+    assert g.part("sglang", "accuracy", "accuracy", {"seed": 2, "questions": 20})[2] == (
+        "accuracy settings changed since the reference (from 2026-12-03T10:00:00+00:00): seed: 1 -> 2"
+    )
+    now = store.answer_settings(answers)
+    assert g.part("sglang", "answers", "reference answers", now)[0] == answers
+    assert g.part("sglang", "answers", "reference answers", {**now, "max_new_tokens": 8})[2].endswith(
+        "max_new_tokens: 32 -> 8"
+    )
+    path.write_text("{broken")
+    stored, when, why = _group(path).part("sglang", "accuracy", "accuracy", {})
+    assert (stored, when) == (None, "") and why.startswith(f"the group's reference cannot be read: {path}: ")
+
+
+def test_the_baseline_lock_is_waited_for_no_longer_than_the_deadline_leaves(tmp_path, capsys):
+    import argparse
+
+    from validate import cli
+    from validate.files import locked
+
+    path = tmp_path / "b.json"
+    args = argparse.Namespace(update_baseline=True, promote_baseline=False, baseline=str(path))
+    report = {"verdict": "pass", "engine": "sglang", "config": {}, "key_metrics": {}, "baseline": {}}
+    cli._record_baseline(args, report, 0.0)
+    assert report["baseline"] == {
+        "updated": False,
+        "update_note": "baseline not written: no time left before the gate's deadline_s to wait for the "
+        "baseline's lock",
+    }
+    with locked(path):  # another gate of the wave holds it
+        t0 = time.monotonic()
+        cli._record_baseline(args, report, 0.5)
+        assert time.monotonic() - t0 < 3
+    assert (
+        report["baseline"]["update_note"]
+        == f"baseline not written: {path}.lock is held by another process (waited 0.5s)"
+    )
+    cli._record_baseline(args, report, 1000.0)
+    assert report["baseline"]["updated"] is True and path.exists()
+    assert capsys.readouterr().out.count("[gate] baseline not written") == 2

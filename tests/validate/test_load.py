@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from validate.answers import AnswerRule
+from validate.checks import AnswerRule
 from validate.client import make_session
 from validate.load import run_load
 

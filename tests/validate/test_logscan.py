@@ -191,9 +191,11 @@ def test_lines_strip_crlf_replace_bad_bytes_and_split_huge_lines(tmp_path):
 
     log = tmp_path / "server.log"
     log.write_bytes(b"one\r\ntw\xffo\n" + b"x" * (MAX_LINE + 10) + b"\nlast")
-    got = list(_lines(str(log)))
+    got = [line for _, line in _lines(str(log))]
     assert got[:2] == ["one", "tw\ufffdo"]
     assert [len(g) for g in got[2:4]] == [MAX_LINE, 10] and got[4] == "last" and len(got) == 5
+    # each line with the byte offset it starts at (where the gate's start splits a log)
+    assert [pos for pos, _ in _lines(str(log))] == [0, 5, 10, 10 + MAX_LINE, 10 + MAX_LINE + 11]
 
 
 def test_matches_keep_file_order_context_is_capped_and_lines_are_counted_across_files(tmp_path):
@@ -234,9 +236,15 @@ def test_two_close_matches_each_get_the_lines_after_them(tmp_path):
     ]
 
 
-def test_container_log_is_streamed_to_a_file_with_since(tmp_path, monkeypatch):
-    from validate.logscan import fetch_container_log
+def fetch_container_log(name, dest, since, timeout_s=30.0):
+    import asyncio
 
+    from validate import logscan
+
+    return asyncio.run(logscan.fetch_container_log(name, dest, since, timeout_s))
+
+
+def test_container_log_is_streamed_to_a_file_with_since(tmp_path, monkeypatch):
     argv = stub_docker(tmp_path, monkeypatch, 'echo "stdout line"; echo "stderr line" >&2')
     dest = tmp_path / "report" / "container-x.log"
     assert fetch_container_log("mol-sglang", dest, "2026-12-03T10:00:00Z") is None
@@ -247,15 +255,18 @@ def test_container_log_is_streamed_to_a_file_with_since(tmp_path, monkeypatch):
 
 
 def test_container_log_failure_is_an_error_text_not_an_exception(tmp_path, monkeypatch):
-    from validate.logscan import fetch_container_log
-
     stub_docker(tmp_path, monkeypatch, 'echo "Error: No such container: gone" >&2; exit 1')
     err = fetch_container_log("gone", tmp_path / "c.log", None)
     assert err == "docker logs gone: Error: No such container: gone"
     slow = tmp_path / "bin" / "docker"
-    slow.write_text("#!/bin/sh\nsleep 5\n")
-    err = fetch_container_log("slow", tmp_path / "c.log", None, timeout_s=0.2)
-    assert err is not None and err.startswith("docker logs slow: ") and "timed out" in err
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    t0 = time.monotonic()
+    err = fetch_container_log("slow", tmp_path / "c.log", None, timeout_s=0.5)
+    assert time.monotonic() - t0 < 3  # killed at its deadline, not waited for
+    assert err == "docker logs slow: did not finish within 0.5s (the time left before the deadline)"
+    assert fetch_container_log("slow", tmp_path / "c.log", None, timeout_s=0) == (
+        "docker logs slow: not fetched, no time left before the gate's deadline_s"
+    )
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     err = fetch_container_log("x", tmp_path / "c.log", None)
     assert err is not None and err.startswith("docker logs x: ") and "docker" in err[len("docker logs x: ") :]
@@ -291,7 +302,7 @@ def test_line_ends_are_the_only_thing_stripped(tmp_path):
 
     log = tmp_path / "server.log"
     log.write_bytes(b"endsX\nXstarts\r\n")
-    assert list(_lines(str(log))) == ["endsX", "Xstarts"]
+    assert list(_lines(str(log))) == [(0, "endsX"), (6, "Xstarts")]
 
 
 def test_an_unreadable_file_is_named_with_the_reason(tmp_path):
@@ -300,7 +311,7 @@ def test_an_unreadable_file_is_named_with_the_reason(tmp_path):
 
 
 def test_container_log_goes_into_folders_that_do_not_exist_yet_and_long_errors_are_cut(tmp_path, monkeypatch):
-    from validate.logscan import container_log_path, fetch_container_log
+    from validate.logscan import container_log_path
 
     stub_docker(tmp_path, monkeypatch, "echo ok")
     dest = tmp_path / "reports" / "h1" / "run" / "container-x.log"
@@ -323,19 +334,45 @@ def test_a_backtracking_pattern_cannot_hang_the_scan(tmp_path):
     assert res.counts == {"runaway": 1} and res.matches[0].line_no == 3
 
 
-def test_start_banners_say_whether_the_server_restarted(tmp_path):
+def test_start_banners_count_from_the_gates_own_start(tmp_path):
     from validate.logscan import scan_logs
 
-    full = tmp_path / "server.log"  # start-up included: one banner is the start itself
-    full.write_text("INFO:     Started server process [614]\nready\n")
+    banner = "INFO:     Started server process [{}]\n"
+    full = tmp_path / "server.log"  # start-up included, up to the gate's start: one banner is the start itself
+    full.write_text(banner.format(614) + "ready\n")
     window = tmp_path / "window.log"  # only the gate's window: any banner is a restart
-    window.write_text("INFO:     Started server process [901]\n")
-    res = scan_logs([str(full), str(window)], None, 0, [str(window)])
-    assert res.banners == {str(full): 1, str(window): 1}
-    assert res.restarts == [f"{window}: 1 start banner(s) ('Started server process [')"]
-    again = tmp_path / "twice.log"
-    again.write_text("INFO:     Started server process [614]\nINFO:     Started server process [615]\n")
-    assert scan_logs([str(again)], None, 0).restarts == [f"{again}: 2 start banner(s) ('Started server process [')"]
+    window.write_text(banner.format(901))
+    res = scan_logs([str(full), str(window)], None, 0, {str(full): full.stat().st_size})
+    assert (res.starts_before, res.starts_during) == ({str(full): 1, str(window): 0}, {str(full): 0, str(window): 1})
+    assert res.restarts == [f"{window}: 1 start banner(s) ('Started server process [') after the gate began"]
+    assert res.earlier_starts == [] and res.offsets == {str(full): full.stat().st_size, str(window): 0}
+    # a log that holds an earlier run of the server before the gate (an accumulating file): reported as such
+    kept = tmp_path / "kept.log"
+    kept.write_text(banner.format(500) + "crash\n" + banner.format(614) + "ready\n")
+    at_start = kept.stat().st_size
+    res = scan_logs([str(kept)], None, 0, {str(kept): at_start})
+    assert res.restarts == [] and res.earlier_starts == [f"{kept}: 2 starts before the gate began"]
+    # ... and one that starts again after the gate began: a restart during the gate, on top
+    with kept.open("a") as f:
+        f.write(banner.format(777))
+    res = scan_logs([str(kept)], None, 0, {str(kept): at_start})
+    assert res.restarts == [f"{kept}: 1 start banner(s) ('Started server process [') after the gate began"]
+    assert res.earlier_starts == [f"{kept}: 2 starts before the gate began"]
+    # a banner that starts exactly at the offset is after it (the first byte written after the gate began)
+    res = scan_logs([str(kept)], None, 0, {str(kept): at_start + 1})
+    assert res.starts_during == {str(kept): 0} and res.starts_before == {str(kept): 3}
+
+
+def test_the_scan_stops_at_its_deadline_and_says_where(tmp_path):
+    from validate.logscan import scan_logs
+
+    log = tmp_path / "big.log"
+    log.write_text("INFO ok\n" * 10_000)
+    res = scan_logs([str(log)], None, 0, None, time.monotonic() - 1)  # already past
+    assert res.errors == [f"{log}: scan stopped at line 4,096 by the gate's deadline_s"]
+    assert res.lines_scanned == 4096
+    whole = scan_logs([str(log)], None, 0, None, time.monotonic() + 60)
+    assert whole.errors == [] and whole.lines_scanned == 10_000
 
 
 def test_user_patterns_need_re2_and_say_so_without_it(monkeypatch):
@@ -391,3 +428,25 @@ def test_an_engine_error_in_text_or_undecodable_bytes_is_still_named(monkeypatch
     with pytest.raises(userregex.UserRegexError) as exc:
         userregex.compile_user_regex("x")
     assert str(exc.value).endswith("look-around): bad \ufffd byte")
+
+
+def test_the_scan_reports_offsets_and_starts_each_side_of_the_gates_start(tmp_path):
+    from validate.logscan import scan_logs
+
+    log = tmp_path / "server.log"
+    log.write_text("INFO:     Started server process [1]\nINFO:     Started server process [2]\n")
+    half = len("INFO:     Started server process [1]\n")
+    d = scan_logs([str(log)], None, 0, {str(log): half}).to_dict()
+    assert d == {
+        "files": [str(log)],
+        "lines_scanned": 2,
+        "counts": {},
+        "first_match": None,
+        "matches": [],
+        "errors": [],
+        "offsets": {str(log): half},
+        "starts_before": {str(log): 1},
+        "starts_during": {str(log): 1},
+        "restarts": [f"{log}: 1 start banner(s) ('Started server process [') after the gate began"],
+        "earlier_starts": [],
+    }

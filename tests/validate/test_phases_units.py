@@ -114,41 +114,52 @@ def test_docker_state_reads_the_restart_count_and_start_time(tmp_path, monkeypat
     assert gone["docker_error"].startswith("docker inspect " + "x" * 100) and len(gone["docker_error"]) == 200
 
 
-CHAT = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03" / "chat_completions.sse"
-).read_bytes()  # real SGLang 0.5.17 bytes: 12 tokens of "Count from 1 to 100"
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-2026-12-03"
+CHAT = (RECORDED / "chat_completions.sse").read_bytes()  # real SGLang 0.5.17 bytes: 12 tokens of "Count from 1 to 100"
+GENERATE = (RECORDED / "generate_text.sse").read_bytes()  # the same prompt on streamed /generate, with output_ids
 
 
 @pytest.fixture
 def chat():
-    """/v1/chat/completions answering the recorded stream (or stalling, when told); records bodies."""
+    """/v1/chat/completions and /generate answering the recorded streams (or stalling, when told); records bodies."""
     state = {"bodies": [], "stall": False}
 
-    async def completions(request):
+    async def answer(request, recorded):
         state["bodies"].append(await request.json())
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
         if state["stall"]:
             await asyncio.sleep(30)
-        await resp.write(CHAT)
+        await resp.write(recorded)
         return resp
 
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", completions)
+    app.router.add_post("/v1/chat/completions", lambda r: answer(r, CHAT))
+    app.router.add_post("/generate", lambda r: answer(r, GENERATE))
     with app_in_thread(app) as base:
         yield base, state
 
 
-def test_the_single_stream_asks_the_deployed_model_the_configured_prompt(chat):
+def test_the_single_stream_sends_the_configured_prompt_to_streamed_generate(chat):
     url, state = chat
     said: list[str] = []
     cfg = {"single_stream": {"prompt": "Count from 1 to 100", "max_tokens": 12, "repeats": 2, "timeout_s": 5}}
-    ss = _with(url, lambda mm: mm.single_stream("random-llama-0.9b"), cfg, said)
-    assert [r.output_len for r in ss.requests] == [12, 12] and ss.timeout_s == 5
-    assert [(b["model"], b["messages"], b["max_tokens"], b["stream"]) for b in state["bodies"]] == [
-        ("random-llama-0.9b", [{"role": "user", "content": "Count from 1 to 100"}], 12, True)
-    ] * 2
-    assert said[0] == "single stream: 'Count from 1 to 100', max_tokens 12 (/v1/chat/completions) x 2"
+    ss = _with(url, lambda mm: mm.single_stream(), cfg, said)
+    # real SGLang's answer to this very request: its 12 streamed output_ids are the count
+    assert [(r.success, r.output_len, r.claimed_tokens) for r in ss.requests] == [(True, 12, 12)] * 2
+    assert ss.timeout_s == 5
+    assert (
+        state["bodies"]
+        == [
+            {
+                "text": "Count from 1 to 100",
+                "sampling_params": {"temperature": 0.0, "max_new_tokens": 12},
+                "stream": True,
+            }
+        ]
+        * 2
+    )
+    assert said[0] == "single stream: 'Count from 1 to 100', max_tokens 12 (streamed /generate) x 2"
     r = ss.request
     assert said[-1] == (
         f"single stream: 12 tokens in {r.latency:.1f}s, TTFT {r.ttft * 1000:.0f} ms, "
@@ -161,7 +172,7 @@ def test_a_single_stream_that_stalls_is_a_timeout_and_ends_the_repeats(chat):
     state["stall"] = True
     said: list[str] = []
     cfg = {"single_stream": {"repeats": 3, "timeout_s": 0.5}, "progress_interval_s": 0.2}
-    ss = _with(url, lambda mm: mm.single_stream("m"), cfg, said)
+    ss = _with(url, lambda mm: mm.single_stream(), cfg, said)
     assert len(ss.requests) == 1  # a failed repeat ends the repeats
     assert (ss.request.failure, ss.request.error) == (
         "timeout",
@@ -380,7 +391,12 @@ def generate():
 def test_the_sampler_warm_up_sends_productions_sampling_and_keeps_a_failure(generate):
     url, state = generate
     said: list[str] = []
-    w = _with(url, lambda mm: mm.sampler_warmup(), {"sampling": {"temperature": 0.6, "top_p": 0.8, "top_k": 20}}, said)
+    w = _with(
+        url,
+        lambda mm: mm.sampler_warmup(300, "throughput.timeout_s"),
+        {"sampling": {"temperature": 0.6, "top_p": 0.8, "top_k": 20}},
+        said,
+    )
     assert state["bodies"] == [
         {
             "input_ids": [1, 2, 3, 4],
@@ -392,14 +408,16 @@ def test_the_sampler_warm_up_sends_productions_sampling_and_keeps_a_failure(gene
     assert w.request.error == "HTTP 500 Internal Server Error: no sampling kernel for sm_120"
     assert said == [f"sampler warm-up request: http_error: {w.request.error} after {w.seconds:.1f}s"]
     # greedy production (temperature 0) still warms the sampler: it is the sampler's first request
-    _with(url, lambda mm: mm.sampler_warmup(), {"sampling": {"temperature": 0}})
+    _with(url, lambda mm: mm.sampler_warmup(300, "throughput.timeout_s"), {"sampling": {"temperature": 0}})
     assert state["bodies"][-1]["sampling_params"]["temperature"] == 0.7
     state["stall"] = True
     said.clear()
-    w = _with(url, lambda mm: mm.sampler_warmup(), {"single_stream": {"timeout_s": 0.3}}, said)
+    w = _with(
+        url, lambda mm: mm.sampler_warmup(0.3, "stability.step_timeout_s"), {"single_stream": {"timeout_s": 9}}, said
+    )
     assert (w.request.failure, w.request.error) == (
         "timeout",
-        "no complete answer within single_stream.timeout_s = 0.3s",
+        "no complete answer within stability.step_timeout_s = 0.3s (the phase it warms)",
     )
     assert 0.3 <= w.seconds < 2 and said == [
         f"sampler warm-up request: timeout: {w.request.error} after {w.seconds:.1f}s"
@@ -409,7 +427,7 @@ def test_the_sampler_warm_up_sends_productions_sampling_and_keeps_a_failure(gene
 def test_an_answered_sampler_warm_up_is_quiet(engine_factory):
     eng = engine_factory(*FAST)
     said: list[str] = []
-    w = _with(eng.url, lambda mm: mm.sampler_warmup(), None, said)
+    w = _with(eng.url, lambda mm: mm.sampler_warmup(10, "throughput.timeout_s"), None, said)
     assert w.request.success and w.request.output_len == 4 and 0 < w.seconds < 10 and said == []
     assert w.request.prompt_len == 4 and w.seconds == round(w.seconds, 2)
 
@@ -498,7 +516,7 @@ def load_calls(monkeypatch):
 
 
 def test_the_throughput_runs_send_the_configured_workload_sampling_and_answer_rule(engine_factory, load_calls):
-    from validate.answers import AnswerRule
+    from validate.checks import AnswerRule
     from validate.load import random_ids
 
     eng = engine_factory(*FAST)
@@ -586,7 +604,7 @@ def test_a_run_whose_flush_failed_is_measured_anyway_and_says_so(engine_factory)
 
 
 def test_the_measurer_takes_the_answer_rule_and_sampling_from_the_config():
-    from validate.answers import AnswerRule
+    from validate.checks import AnswerRule
 
     async def build(cfg):
         async with make_session() as s:

@@ -56,3 +56,14 @@ def test_a_refused_throughput_phase_and_a_stopped_gate_read_as_words():
     assert "Throughput phase refused: needs 1088 open files for 1024 concurrent streams" in text
     assert "**Stopped** in phase stability step 2/3 because it received SIGTERM." in text
     assert "## Throughput at saturation" not in text
+
+
+def test_the_accuracy_reads_as_one_line_of_counts():
+    settings = {"set": "sglang-deploy-arithmetic", "version": 1, "seed": 1, "shots": 5}
+    acc = {"settings": settings, "questions": 200, "correct": 0, "invalid": 3, "failed": 1, "accuracy": 0.0}
+    text = render_summary({**_report(), "phases": {"accuracy": {**acc, "seconds": 14.25}}})
+    assert (
+        "Accuracy on known answers: 0 of 200 right (0.000), 3 invalid, 1 failed, in 14.2 s "
+        "(sglang-deploy-arithmetic v1, seed 1, 5-shot)." in text
+    )
+    assert "Accuracy on known answers" not in render_summary(_report())
