@@ -25,14 +25,15 @@ def test_the_commands_flags_help_and_defaults():
     p = cli.build_parser()
     assert p.prog == "python -m validate" and p.description == "Post-deploy gate for SGLang servers."
     subs = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(subs.choices) == ["gate", "finalize", "wait", "check-config"]
-    assert subs.metavar == "{gate,finalize,wait,check-config}"
+    assert list(subs.choices) == ["gate", "finalize", "wait", "check-config", "textfile"]
+    assert subs.metavar == "{gate,finalize,wait,check-config,textfile}"
     helps = {c.dest: c.help for c in subs._choices_actions}
     assert helps == {
         "gate": "measure the server and pass/fail it against gate.yml",
         "finalize": "add the server's log of the gate window to a finished report and judge it again",
         "wait": "wait until /health and /health_generate answer 200",
         "check-config": "parse gate configs as the gate will (preflight: before any host changes)",
+        "textfile": "write a gate report's verdict and figures as node_exporter textfile metrics",
     }
     baseline = {
         "--baseline": ("the host group's baseline file (compared when it exists)", None),
