@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -300,7 +301,11 @@ def test_baseline_first_pass_writes_then_regression_fails_and_never_overwrites(e
     c = check(rep3, "baseline.total_token_throughput")
     ref = stored["reference"]["key_metrics"]["total_token_throughput"]
     assert not c["passed"] and "regression" in c["message"] and "vs baseline" in c["message"]
-    assert c["required"] == pytest.approx(ref * 0.95, rel=1e-3)
+    # the allowed drop is 5 % widened by the two medians' noise (2 x, at most 15 %): read it off the
+    # message, then check the required figure follows from it (a loaded machine widens the noise)
+    drop = float(re.search(r"allowed drop ([\d.]+)%", c["message"]).group(1)) / 100
+    assert 0.05 <= drop <= 0.15
+    assert c["required"] == pytest.approx(ref * (1 - drop), rel=2e-3)
     assert c["measured"] == pytest.approx(rep3["key_metrics"]["total_token_throughput"], rel=1e-3)
     assert json.loads(baseline.read_text()) == stored  # a failed gate never writes
 
@@ -313,7 +318,14 @@ def test_a_dip_is_measured_again_and_passes_while_a_lasting_regression_is_confir
     over = {
         "single_stream": {"enabled": False},
         # floors far under the dip: here only the baseline decides, as on a real host
-        "throughput": {"num_prompts": 16, "output_len": 32, "repeats": 3, "max_repeats": 3, "min_total_tok_s": 100},
+        "throughput": {
+            "num_prompts": 16,
+            "output_len": 32,
+            "repeats": 3,
+            "max_repeats": 3,
+            "min_total_tok_s": 100,
+            "min_output_tok_s": 10,
+        },
         "stability": {"enabled": False},
         "answers": {"reference": {"enabled": False}},
         "accuracy": {"enabled": False},  # slow_first counts requests: only the throughput's here
