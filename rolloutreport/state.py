@@ -147,7 +147,7 @@ def set_rotation(
             "drained_by": "" if in_rotation else by or prev.get("drained_by", ""),
             "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        if in_rotation and prev.get("drained", True):
+        if in_rotation:  # called for a host known, or found, drained: this run put it back
             entry["put_back_run"] = run_id
         state["hosts"][host] = entry
         write_json(path, state)
