@@ -24,7 +24,16 @@ from .records import (
     stage_durations,
     write_record,
 )
-from .state import drained_hosts, finish_run, merge_record, pending_hosts, read_state, state_path
+from .state import (
+    drained_hosts,
+    finish_run,
+    merge_record,
+    out_of_rotation,
+    pending_hosts,
+    read_state,
+    set_rotation,
+    state_path,
+)
 from .summary import read_records, summarize, write_summary
 
 __all__ = [
@@ -39,12 +48,14 @@ __all__ = [
     "mark_lost",
     "merge_record",
     "metrics_path",
+    "out_of_rotation",
     "pending_hosts",
     "prune_runs",
     "read_record",
     "read_records",
     "read_state",
     "record_path",
+    "set_rotation",
     "stage_durations",
     "state_path",
     "summarize",

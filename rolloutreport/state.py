@@ -42,6 +42,10 @@ class HostState:
     drained: bool  # out of the load balancer (its drain hook ran, no undrain since)
     drained_why: str
     updated: str
+    # who took it out of rotation: the run id whose drain hook ran, or "found drained on the host
+    # (run X)" for a drain this file never saw (the host's own marker said so)
+    drained_by: str = ""
+    put_back_run: str = ""  # the run that last put it back in rotation (an earlier run's leftover)
 
 
 def state_path(run_dir: Path, override: Any = "") -> Path:
@@ -95,6 +99,10 @@ def host_state(record: Mapping[str, Any], before: Mapping[str, Any] | None = Non
         drained=bool(drained),
         drained_why=str(record.get("drained_why") or prev.get("drained_why", "")) if drained else "",
         updated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        drained_by=(
+            str(record.get("run_id", "")) if rotation == "no" else str(prev.get("drained_by", "")) if drained else ""
+        ),
+        put_back_run=str(record.get("run_id", "")) if record.get("put_back") else str(prev.get("put_back_run", "")),
     )
 
 
@@ -120,6 +128,32 @@ def merge_record(path: Path, record: Mapping[str, Any]) -> dict[str, Any] | None
         return state
 
 
+def set_rotation(
+    path: Path, host: str, run_id: str, in_rotation: bool, why: str = "", by: str = "", check_mode: bool = False
+) -> dict[str, Any] | None:
+    """Change only a host's rotation in the state file (the rest of its entry stays): the put-back
+    right after preflight, before the host's own turn, which a stopped run may never reach; and a
+    host found drained on the host that this file did not know. Check mode changes nothing (None)."""
+    if check_mode:
+        return None
+    with _locked(path):
+        state = read_state(path)
+        prev = state["hosts"].get(host) or {}
+        entry = {
+            **asdict(HostState("", "", "", "", "", False, False, "", "")),
+            **prev,
+            "drained": not in_rotation,
+            "drained_why": "" if in_rotation else why or prev.get("drained_why", ""),
+            "drained_by": "" if in_rotation else by or prev.get("drained_by", ""),
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        if in_rotation:  # called for a host known, or found, drained: this run put it back
+            entry["put_back_run"] = run_id
+        state["hosts"][host] = entry
+        write_json(path, state)
+        return state
+
+
 def finish_run(path: Path, summary: Mapping[str, Any], check_mode: bool) -> dict[str, Any] | None:
     """At a real run's last summary: the image in flight has landed when no host failed, was lost or
     was left unreached, and no host of the fleet is still pending repair (a --limit run leaves the
@@ -141,3 +175,17 @@ def pending_hosts(state: Mapping[str, Any]) -> list[str]:
 
 def drained_hosts(state: Mapping[str, Any]) -> dict[str, str]:
     return {h: s.get("drained_why", "") for h, s in sorted(state.get("hosts", {}).items()) if s.get("drained")}
+
+
+def out_of_rotation(state: Mapping[str, Any], run_id: str = "") -> dict[str, dict[str, str]]:
+    """Every host out of rotation now, with why and who drained it ("this run" for ``run_id``)."""
+    out = {}
+    for host, entry in sorted(state.get("hosts", {}).items()):
+        if entry.get("drained"):
+            by = str(entry.get("drained_by", ""))
+            if by and by == run_id:
+                who = "this run"
+            else:
+                who = by if by.startswith("found") else f"run {by}" if by else "an earlier run"
+            out[host] = {"why": str(entry.get("drained_why", "")), "by": who}
+    return out

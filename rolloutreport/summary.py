@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .records import write_json
+from .state import out_of_rotation
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -21,12 +22,19 @@ def summarize(
     run_id: str,
     finished: bool,
     canaries: Mapping[str, str] | None = None,
+    state: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Who moved, who stayed, who failed or was lost, and the image in flight. ``canaries``: the
-    run's canary of each GPU profile (preflight's pick), so a failed canary is named as one."""
+    run's canary of each GPU profile (preflight's pick), so a failed canary is named as one.
+    ``state``: the fleet state file as it is now, for every host out of rotation whoever drained it
+    (this run's records know only the hosts this run reached) and the hosts put back right after
+    preflight whose own turn a stopped run never reached."""
     names = [r["host"] for r in records]
     canaries = {str(k): str(v) for k, v in (canaries or {}).items()}
     failed = [r["host"] for r in records if r["outcome"] == "failed"]
+    this_run_drained = {
+        r["host"]: {"why": r.get("drained_why", ""), "by": "this run"} for r in records if r.get("in_rotation") == "no"
+    }
 
     def hosts(pred: Callable[[dict[str, Any]], Any]) -> list[str]:
         return [r["host"] for r in records if pred(r)]
@@ -41,8 +49,13 @@ def summarize(
         "moved": hosts(lambda r: r["outcome"] == "ok" and r["gate"] == "pass"),
         "unchanged": hosts(lambda r: r["outcome"] == "ok" and r["gate"] != "pass"),
         "rolled_back": hosts(lambda r: r.get("rolled_back")),
-        "put_back": hosts(lambda r: r.get("put_back")),
+        "put_back": sorted(
+            set(hosts(lambda r: r.get("put_back")))
+            | {h for h, e in (state or {}).get("hosts", {}).items() if e.get("put_back_run") == run_id}
+        ),
         "left_drained": hosts(lambda r: r.get("in_rotation") == "no"),
+        # every host out of rotation at the end (host -> why, and who drained it), from the state file
+        "out_of_rotation": out_of_rotation(state, run_id) if state is not None else this_run_drained,
         "failed": failed,
         "canaries": canaries,
         # profile -> its canary, for each canary that failed: no wave started after it

@@ -23,8 +23,10 @@ short_description: write a host's record of the rollout run on the controller
 options:
   dir: {description: the run's report folder (reports/RUN_ID), required: true, type: path}
   state:
-    description: in_progress (at O(stage)), final (the host's always), lost (became unreachable)
-    choices: [in_progress, final, lost]
+    description: >-
+      in_progress (at O(stage)), final (the host's always), lost (became unreachable), rotation (no
+      record: only the host's rotation in the fleet state file, O(in_rotation), O(why), O(by))
+    choices: [in_progress, final, lost, rotation]
     required: true
     type: str
   host: {description: the host the record is of (default the current one), type: str}
@@ -32,14 +34,20 @@ options:
   state_file:
     description: the fleet state file every real record is folded into (default DIR/../fleet-state.json)
     type: path
+  in_rotation: {description: "O(state=rotation): the host takes traffic", type: bool, default: true}
+  why: {description: "O(state=rotation): why it is out of rotation", type: str, default: ""}
+  by: {description: "O(state=rotation): who drained it (a run id, or found drained)", type: str, default: ""}
 """
 
 ARGUMENT_SPEC = {
     "dir": {"type": "path", "required": True},
-    "state": {"type": "str", "required": True, "choices": ["in_progress", "final", "lost"]},
+    "state": {"type": "str", "required": True, "choices": ["in_progress", "final", "lost", "rotation"]},
     "host": {"type": "str"},
     "stage": {"type": "str"},
     "state_file": {"type": "path"},
+    "in_rotation": {"type": "bool", "default": True},
+    "why": {"type": "str", "default": ""},
+    "by": {"type": "str", "default": ""},
 }
 
 
@@ -55,6 +63,13 @@ class ActionModule(ActionBase):
         run_dir = Path(str(args["dir"]))
         host = str(args.get("host") or task_vars["inventory_hostname"])
         check_mode = bool(task_vars.get("ansible_check_mode", False))
+        if state == "rotation":  # the state file only: the host's record of this run is its own turn's
+            path = rolloutreport.state_path(run_dir, args.get("state_file"))
+            rolloutreport.set_rotation(
+                path, host, run_dir.name, args["in_rotation"], args["why"], args["by"], check_mode
+            )
+            result.update(changed=False, path=str(path))
+            return result
         hv = self._host_vars(host, task_vars)
         if state == "in_progress":
             record = rolloutreport.in_progress(host, run_dir.name, check_mode, hv, str(args.get("stage") or "?"))

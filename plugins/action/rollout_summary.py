@@ -60,11 +60,14 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
         run_dir = Path(args["dir"])
         records = rolloutreport.read_records(run_dir)
-        summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"], args["canaries"])
+        state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
+        state = rolloutreport.read_state(state_file)
+        summary = rolloutreport.summarize(
+            records, args["hosts"], run_dir.name, args["finished"], args["canaries"], state
+        )
         if args["finished"]:  # the image in flight has landed when every host moved
             check_mode = bool(task_vars.get("ansible_check_mode", False))
-            state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
-            state = rolloutreport.finish_run(state_file, summary, check_mode) or rolloutreport.read_state(state_file)
+            state = rolloutreport.finish_run(state_file, summary, check_mode) or state
             # a --check run removes nothing: it says what the real run would remove
             pruned = rolloutreport.prune_runs(
                 run_dir.parent, args["keep_runs"], run_dir.name, state, dry_run=check_mode

@@ -104,7 +104,9 @@ class CallbackModule(CallbackBase):
         inventory = self._play.get_variable_manager()._inventory
         # the whole run's hosts (--limit applies), not the batch Ansible had narrowed the inventory to
         all_hosts = [h.get_name() for h in inventory.get_hosts("sglang_servers", ignore_restrictions=True)]
-        summary = rolloutreport.summarize(records, all_hosts, run_dir.name, finished=False)
+        override = templar.template(variables.get("sglang_rollout_state_file", ""))
+        state = rolloutreport.read_state(rolloutreport.state_path(run_dir, override))
+        summary = rolloutreport.summarize(records, all_hosts, run_dir.name, finished=False, state=state)
         templar.available_variables = {**variables, "sglang_summary": summary}
         template = Path(__file__).resolve().parents[2] / "playbooks" / "templates" / "rollout-summary.md.j2"
         rolloutreport.write_summary(run_dir, summary, str(templar.template(trust_as_template(template.read_text()))))

@@ -350,9 +350,12 @@ def test_gate_failure_rolls_back_and_keeps_the_caches(env: Env, prom_samples) ->
     assert host["messages"], host
     assert summary["rolled_back"] == ["localhost"]
     assert env.key not in run.out
-    # drained before the replacement; back in rotation once the last good config answered /health
+    # drained before the replacement; back in rotation once the last good config answered /health,
+    # and the summary and the fleet state file say so (no host out of rotation)
     assert _hooks(env)[-2:] == ["drain localhost", "undrain localhost"]
     assert not (env.tmp / "state" / f"{env.name}.drained.json").exists()
+    assert host["in_rotation"] == "yes" and summary["out_of_rotation"] == {}, summary
+    assert _fleet(env)["drained"] is False and _fleet(env)["run_id"] == f"step{env.step}"
     # Prometheus sees the failed gate (its checks) on the host, and the rollback on the controller
     got = prom_samples(env.gate_metrics())
     labels = {"image": RELEASE_B, "model": "glm-5", "profile": "local", "engine": "test-engine"}
@@ -406,8 +409,14 @@ def test_crash_looping_server_fails_the_wait_at_once_and_is_rolled_back(env: Env
     assert took < 300, took  # far inside the 600 s deadline (the rollback and its health check included)
     c = env.container()
     assert c["State"]["Running"] and c["Image"] == _image_id(RELEASE_A)
-    host = env.summary()["hosts"][0]
+    summary = env.summary()
+    host = summary["hosts"][0]
     assert host["gate"] == "not-ready" and host["rolled_back"] is True
+    # a server start that failed after the drain: back in rotation on the last good config
+    assert _hooks(env)[-2:] == ["drain localhost", "undrain localhost"]
+    assert not (env.tmp / "state" / f"{env.name}.drained.json").exists()
+    assert host["in_rotation"] == "yes" and summary["out_of_rotation"] == {}, summary
+    assert _fleet(env)["drained"] is False and _fleet(env)["run_id"] == f"step{env.step}"
 
 
 def test_a_failed_drain_hook_fails_the_host_and_leaves_its_server_alone(env: Env) -> None:
@@ -430,6 +439,11 @@ def test_a_failed_drain_hook_fails_the_host_and_leaves_its_server_alone(env: Env
     host = env.summary()["hosts"][0]
     assert (host["outcome"], host["rolled_back"], host["gate"]) == ("failed", False, "not run")
     assert "exited 3" in host["failure"] and host["image_after"] == host["image_before"]
+
+
+def _fleet(env: Env) -> dict[str, Any]:
+    """This host's entry in the fleet state file (rolloutreport/state.py)."""
+    return json.loads((env.tmp / "reports" / "fleet-state.json").read_text())["hosts"]["localhost"]
 
 
 def _hooks(env: Env) -> list[str]:

@@ -42,7 +42,7 @@ def _play(tmp_path: Path, task: str, *extra: str) -> subprocess.CompletedProcess
     [
         (
             "rollout_record: {dir: REPORTS, state: done}",
-            "value of state must be one of: in_progress, final, lost, got: done",
+            "value of state must be one of: in_progress, final, lost, rotation, got: done",
         ),
         ("rollout_record: {state: final}", "missing required arguments: dir"),
         ("rollout_summary: {dir: REPORTS}", "missing required arguments: hosts"),

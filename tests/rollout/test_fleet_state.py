@@ -135,3 +135,48 @@ def test_forks_writing_at_once_lose_no_host(tmp_path):
     with multiprocessing.get_context("fork").Pool(4) as pool:
         pool.map(_merge_many, [(str(path), w) for w in range(4)])
     assert len(rr.read_state(path)["hosts"]) == 100
+
+
+def test_the_put_back_after_preflight_changes_only_the_rotation(tmp_path):
+    """set_rotation (the put-back right after preflight, before the host's own turn): a drained host put
+    back keeps its outcome, stage and image, and the run that put it back is named; a host found
+    drained on the host, unknown to the file, gets an entry saying so; check mode changes nothing."""
+    path = tmp_path / "fleet-state.json"
+    rr.merge_record(path, _rec("h1", "run-1", "failed", **DRAINED))
+    before = rr.read_state(path)["hosts"]["h1"]
+    assert (before["drained"], before["drained_by"], before["put_back_run"]) == (True, "run-1", "")
+    assert rr.set_rotation(path, "h1", "run-2", True, check_mode=True) is None
+    assert rr.read_state(path)["hosts"]["h1"]["drained"] is True
+    rr.set_rotation(path, "h1", "run-2", True)
+    after = rr.read_state(path)["hosts"]["h1"]
+    assert (after["drained"], after["drained_why"], after["drained_by"], after["put_back_run"]) == (
+        False,
+        "",
+        "",
+        "run-2",
+    )
+    assert (after["outcome"], after["run_id"], after["image_after"]) == ("failed", "run-1", before["image_after"])
+    assert rr.drained_hosts(rr.read_state(path)) == {}
+    # found drained on the host: the file did not know it
+    rr.set_rotation(
+        path,
+        "h9",
+        "run-2",
+        False,
+        "found drained on the host (marker of run x: y)",
+        "found drained on the host (run x)",
+    )
+    h9 = rr.read_state(path)["hosts"]["h9"]
+    assert (h9["drained"], h9["drained_by"], h9["outcome"], h9["pending_repair"]) == (
+        True, "found drained on the host (run x)", "", False,
+    )  # fmt: skip
+    assert rr.out_of_rotation(rr.read_state(path), "run-2") == {
+        "h9": {"why": "found drained on the host (marker of run x: y)", "by": "found drained on the host (run x)"}
+    }
+    # a known drained host that stays drained keeps its why and who
+    rr.merge_record(path, _rec("h3", "run-2", "failed", **DRAINED))
+    rr.set_rotation(path, "h3", "run-3", False)
+    assert rr.out_of_rotation(rr.read_state(path), "run-3")["h3"] == {
+        "why": "its server is replaced",
+        "by": "run run-2",
+    }

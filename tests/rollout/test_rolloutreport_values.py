@@ -150,6 +150,8 @@ def test_a_host_state_entry_from_each_kind_of_record():
         "pending_repair": True,
         "drained": True,
         "drained_why": "its server is replaced",
+        "drained_by": "run-1",  # its drain hook ran in run-1
+        "put_back_run": "",
     }
     back = rr.final("h2", "run-2", False, HV | {"sglang_server_in_rotation": True}).to_dict()
     entry = _no_time(vars(host_state(back, vars(host_state(lost)))))
@@ -180,6 +182,8 @@ def test_a_host_state_entry_from_each_kind_of_record():
         "pending_repair": False,
         "drained": False,
         "drained_why": "",
+        "drained_by": "",
+        "put_back_run": "",
     }
     assert host_state({"in_rotation": "no"}).drained_why == ""
 
@@ -247,6 +251,8 @@ def test_the_summary_whole(tmp_path: Path):
         "rolled_back": ["b1"],
         "put_back": ["a3"],
         "left_drained": ["a1", "a2", "a3", "b1", "b2"],  # HV says out of rotation
+        # without the state file: the hosts this run's records leave drained
+        "out_of_rotation": {h: {"why": "its server is replaced", "by": "this run"} for h in ("a1", "a2", "a3", "b1", "b2")},  # noqa: E501
         "failed": ["b1"],
         "canaries": {"g1": "b1"},
         "failed_canaries": {"g1": "b1"},
@@ -259,6 +265,26 @@ def test_the_summary_whole(tmp_path: Path):
     assert rr.summarize([ok], ["a1"], "run-1", True)["canaries"] == {}
     served = {**ok, "in_rotation": "yes"}
     assert rr.summarize([served], ["a1"], "run-1", True)["left_drained"] == []
+    # with the state file: every host out of rotation now, whoever drained it, and the hosts put back
+    # right after preflight whose own turn never came (no record of this run)
+    state = {
+        "hosts": {
+            "a1": {"drained": False, "put_back_run": "run-1"},
+            "c1": {"drained": True, "drained_why": "gate failed", "drained_by": "run-0"},
+            "c2": {"drained": True, "drained_why": "found it so", "drained_by": "found drained on the host (run x)"},
+            "c3": {"drained": True, "drained_why": "", "drained_by": ""},
+            "c4": {"drained": True, "drained_why": "rollback failed", "drained_by": "run-1"},
+            "c5": {"drained": False, "put_back_run": "run-0"},
+        }
+    }
+    full = rr.summarize([served, back], ["a1", "a3", "c1"], "run-1", True, state=state)
+    assert full["put_back"] == ["a1", "a3"] and full["left_drained"] == ["a3"]
+    assert full["out_of_rotation"] == {
+        "c1": {"why": "gate failed", "by": "run run-0"},
+        "c2": {"why": "found it so", "by": "found drained on the host (run x)"},
+        "c3": {"why": "", "by": "an earlier run"},
+        "c4": {"why": "rollback failed", "by": "this run"},
+    }
 
     run = tmp_path / "run-1"
     rr.write_summary(run, s, "# Rollout run-1\n")
