@@ -24,6 +24,11 @@ options:
   hosts: {description: every host of the run (--limit applies), required: true, type: list, elements: str}
   finished: {description: the last summary of the run, type: bool, default: false}
   canaries: {description: the canary of each GPU profile (profile -> host), type: dict, default: {}}
+  waves:
+    description: the waves preflight planned after the canaries, in order (preflight/waves.py)
+    type: list
+    elements: list
+    default: []
   state_file: {description: the fleet state file (default DIR/../fleet-state.json), type: path}
   metrics_file:
     description: >-
@@ -43,6 +48,7 @@ ARGUMENT_SPEC = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "finished": {"type": "bool", "default": False},
     "canaries": {"type": "dict", "default": {}},
+    "waves": {"type": "list", "elements": "list", "default": []},
     "state_file": {"type": "path"},
     "metrics_file": {"type": "str"},
     "keep_runs": {"type": "int", "default": 0},
@@ -60,7 +66,9 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)  # Ansible's own errors
         run_dir = Path(args["dir"])
         records = rolloutreport.read_records(run_dir)
-        summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"], args["canaries"])
+        summary = rolloutreport.summarize(
+            records, args["hosts"], run_dir.name, args["finished"], args["canaries"], args["waves"]
+        )
         if args["finished"]:  # the image in flight has landed when every host moved
             check_mode = bool(task_vars.get("ansible_check_mode", False))
             state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
