@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import math
 import os
 import re
 import shutil
@@ -38,6 +37,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import rolloutreport  # noqa: E402
+from preflight import waves  # noqa: E402
+from preflight.rules import parse_serial  # noqa: E402
 from testengine import local_fleet  # noqa: E402
 
 SSHD = "rollout-bench-sshd"
@@ -472,21 +473,13 @@ def rollout_problems(reports: Path, hosts: int) -> list[str]:
 
 
 def batch_sizes(serial: list[int | str], hosts: int) -> list[int]:
-    """Ansible's serial semantics: each entry a size or a percentage of all hosts (at least
-    1), the last entry repeating until every host is placed."""
-    sizes: list[int] = []
-    left, i = hosts, 0
-    while left > 0:
-        entry = serial[min(i, len(serial) - 1)]
-        if isinstance(entry, str) and entry.endswith("%"):
-            size = max(1, math.floor(hosts * float(entry[:-1]) / 100))
-        else:
-            size = int(entry)
-        size = min(size, left)
-        sizes.append(size)
-        left -= size
-        i += 1
-    return sizes
+    """The rollout's batches over a fleet of one GPU profile with no per-profile cap (local_fleet's):
+    its canary alone, then the waves preflight plans of the other hosts (preflight/waves.py: the
+    serial sizes, percentages of all hosts rounded down as Ansible's, at least 1, the last repeating)."""
+    if hosts <= 0:
+        return []
+    rest = [(str(i), "") for i in range(1, hosts)]
+    return [1] + [len(w) for w in waves.plan_waves(rest, parse_serial(serial), {"": hosts}, hosts)]
 
 
 def batch_walls(reports: Path, serial: list[int | str], hosts: int) -> list[dict[str, float]]:

@@ -79,6 +79,7 @@ class Settings:
         is named in the errors and read as its default."""
         names = [*SETTING_VARIABLES.values(), *sorted(specs.ours - set(SETTING_VARIABLES.values()))]
         values, errors = specs.typed(hv, names)
+        errors += share_errors(values)  # counts or percentages: beyond what an argument spec can say
         return cls(
             become=str(hv.get("ansible_become")).strip().lower() in _TRUE,  # Ansible's truth words, or a bool
             user=str(hv.get("ansible_user") or "the SSH user"),
@@ -104,6 +105,74 @@ class Settings:
         docker = "runtimes" if self.runtime_checked else "-" if self.gpu_host_prepare else "version"
         args = [self.disk_path, self.nvidia_smi if self.gpu_host_prepare else "-", docker]
         return [*args, self.last_good, *self.kernel_log] if self.xid_checked and self.kernel_log else args
+
+
+# The rollout's settings that are a number of hosts: a count, or a percentage of a total (the run's
+# hosts for the serial sizes, a GPU profile's hosts for the cap), read the way Ansible reads
+# `serial`: a percentage rounds down, and is at least one host. An argument spec cannot say
+# "a positive int or an 'N%' string", so the rule is here, once; the wave planner
+# (preflight/waves.py) reads the values through it.
+SHARE_ALLOWED = 'a count of hosts (a positive integer: 2) or a percentage ("1%" to "100%")'
+SHARE_SETTINGS = {
+    "sglang_rollout_serial": f'{SHARE_ALLOWED}, or a list of them ([1, 5, "25%"]; the last repeats)',
+    "sglang_rollout_max_out_per_profile": SHARE_ALLOWED,
+}
+
+
+@dataclass(frozen=True)
+class Share:
+    """A number of hosts: ``count`` hosts, or ``percent`` % of a total (Ansible's serial rounding)."""
+
+    count: int | None = None
+    percent: int | None = None
+
+    def of(self, total: int) -> int:
+        """How many hosts of ``total``: a percentage rounds down, never below one (as Ansible's
+        ``serial`` does, so a percentage means the same here as in a play keyword)."""
+        if self.count is not None:
+            return self.count
+        return max(1, (self.percent or 0) * total // 100)
+
+    def __str__(self) -> str:
+        return f"{self.percent}%" if self.percent is not None else str(self.count)
+
+
+def parse_share(value: Any, variable: str) -> Share:
+    """One count or percentage; ValueError naming ``variable`` and what it may hold."""
+    text = str(value).strip()
+    bad = ValueError(f"{variable}: {value!r} is not {SHARE_SETTINGS.get(variable, SHARE_ALLOWED)}")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise bad
+    number = text[:-1].strip() if text.endswith("%") else text
+    if not number.isdigit():
+        raise bad
+    if text.endswith("%"):
+        if not 1 <= int(number) <= 100:
+            raise bad
+        return Share(percent=int(number))
+    if int(number) < 1:
+        raise bad
+    return Share(count=int(number))
+
+
+def parse_serial(value: Any) -> list[Share]:
+    """``sglang_rollout_serial``: one share or a non-empty list of them (the last one repeats)."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ValueError(f"sglang_rollout_serial: [] is not {SHARE_SETTINGS['sglang_rollout_serial']}")
+    return [parse_share(item, "sglang_rollout_serial") for item in items]
+
+
+def share_errors(values: Mapping[str, Any]) -> list[str]:
+    """The error of each share setting in ``values`` (a host's typed settings) that is not one."""
+    errors = []
+    for name in SHARE_SETTINGS:
+        if name in values:
+            try:
+                parse_serial(values[name]) if name == "sglang_rollout_serial" else parse_share(values[name], name)
+            except ValueError as exc:
+                errors.append(str(exc))
+    return errors
 
 
 @dataclass(frozen=True)

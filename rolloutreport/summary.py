@@ -23,12 +23,14 @@ def summarize(
     finished: bool,
     canaries: Mapping[str, str] | None = None,
     state: Mapping[str, Any] | None = None,
+    waves: list[list[str]] | None = None,
 ) -> dict[str, Any]:
     """Who moved, who stayed, who failed or was lost, and the image in flight. ``canaries``: the
     run's canary of each GPU profile (preflight's pick), so a failed canary is named as one.
     ``state``: the fleet state file as it is now, for every host out of rotation whoever drained it
     (this run's records know only the hosts this run reached) and the hosts put back right after
-    preflight whose own turn a stopped run never reached."""
+    preflight whose own turn a stopped run never reached. ``waves``: the waves preflight planned
+    after the canaries (preflight/waves.py), in their order."""
     names = [r["host"] for r in records]
     canaries = {str(k): str(v) for k, v in (canaries or {}).items()}
     failed = [r["host"] for r in records if r["outcome"] == "failed"]
@@ -60,6 +62,7 @@ def summarize(
         "canaries": canaries,
         # profile -> its canary, for each canary that failed: no wave started after it
         "failed_canaries": {g: h for g, h in canaries.items() if h in failed},
+        "waves": [[str(h) for h in wave] for wave in waves or []],
         "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
         # the gate groups whose reference this run wrote (a group's first passing gate, or a promotion)
         "baselines_written": sorted({r["baseline_written"] for r in records if r.get("baseline_written")}),

@@ -35,6 +35,12 @@ def write_inventory(
     local.update(sglang_image=IMAGE, sglang_image_source="local", sglang_gate_config=gate_config())
     local.update(group_vars)
     (directory / "group_vars/all/main.yml").write_text(yaml.safe_dump(local))
-    rollout = {"sglang_rollout_serial": serial, "sglang_rollout_max_fail_percentage": 0}
+    # the serial sizes alone cut the waves: these fleets are one GPU profile of a few hosts, where
+    # the default cap (25 % of a profile) would make every wave one host
+    rollout = {
+        "sglang_rollout_serial": serial,
+        "sglang_rollout_max_fail_percentage": 0,
+        "sglang_rollout_max_out_per_profile": "100%",
+    }
     (directory / "group_vars/all/rollout.yml").write_text(yaml.safe_dump(rollout))
     return directory

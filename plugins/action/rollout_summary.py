@@ -24,6 +24,11 @@ options:
   hosts: {description: every host of the run (--limit applies), required: true, type: list, elements: str}
   finished: {description: the last summary of the run, type: bool, default: false}
   canaries: {description: the canary of each GPU profile (profile -> host), type: dict, default: {}}
+  waves:
+    description: the waves preflight planned after the canaries, in order (preflight/waves.py)
+    type: list
+    elements: list
+    default: []
   state_file: {description: the fleet state file (default DIR/../fleet-state.json), type: path}
   metrics_file:
     description: >-
@@ -43,6 +48,7 @@ ARGUMENT_SPEC = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "finished": {"type": "bool", "default": False},
     "canaries": {"type": "dict", "default": {}},
+    "waves": {"type": "list", "elements": "list", "default": []},
     "state_file": {"type": "path"},
     "metrics_file": {"type": "str"},
     "keep_runs": {"type": "int", "default": 0},
@@ -63,7 +69,7 @@ class ActionModule(ActionBase):
         state_file = rolloutreport.state_path(run_dir, args.get("state_file"))
         state = rolloutreport.read_state(state_file)
         summary = rolloutreport.summarize(
-            records, args["hosts"], run_dir.name, args["finished"], args["canaries"], state
+            records, args["hosts"], run_dir.name, args["finished"], args["canaries"], state, args["waves"]
         )
         if args["finished"]:  # the image in flight has landed when every host moved
             check_mode = bool(task_vars.get("ansible_check_mode", False))

@@ -24,13 +24,14 @@ fs = rb._fleet_ssh
 @pytest.mark.parametrize(
     ("serial", "hosts", "sizes"),
     [
-        ([1, 5, "25%"], 200, [1, 5, 50, 50, 50, 44]),
-        ([1, "50%"], 6, [1, 3, 2]),
+        # the canary, then the waves of the 199 others (percentages of all 200 hosts)
+        ([1, 5, "25%"], 200, [1, 1, 5, 50, 50, 50, 43]),
+        ([1, "50%"], 6, [1, 1, 3, 1]),
         ([1, "25%"], 3, [1, 1, 1]),  # a percentage rounds down, but never below one host
-        ([2], 5, [2, 2, 1]),
+        ([2], 5, [1, 2, 2]),
     ],
 )
-def test_batch_sizes_follow_ansibles_serial(serial, hosts, sizes):
+def test_batch_sizes_are_the_canary_then_the_planned_waves(serial, hosts, sizes):
     assert rb.batch_sizes(serial, hosts) == sizes
     assert sum(sizes) == hosts
 
@@ -47,10 +48,10 @@ def test_the_projection_adds_preflight_and_each_batch_from_the_measured_parts():
         _run("rollout", 3, 200.0, host_stage_s={"image": 10.0, "server": 20.0, "gate": 90.0}),
     ]  # fmt: skip
     p = rb.project(runs, [1, 5, "25%"])
-    assert p["batch_sizes"] == [1, 5, 50, 50, 50, 44]
+    assert p["batch_sizes"] == [1, 1, 5, 50, 50, 50, 43]  # the canary, then the waves
     assert p["one_host_rollout_s"] == 120.0 and p["per_extra_host_s"] == 1.0  # (220 - 30) / 190
-    assert p["batch_s"] == [120.0, 124.0, 169.0, 169.0, 169.0, 163.0]
-    assert p["projected_s"] == 60.0 + 120 + 124 + 169 * 3 + 163
+    assert p["batch_s"] == [120.0, 120.0, 124.0, 169.0, 169.0, 169.0, 162.0]
+    assert p["projected_s"] == 60.0 + 120 + 120 + 124 + 169 * 3 + 162
     # nothing to project from without a real rollout's stage times
     assert rb.project(runs[:6], [1]) == {}
 
@@ -124,8 +125,8 @@ def test_the_projection_check_applies_the_recorded_model_and_refits_it():
     }  # fmt: skip
     run = _run("today-1", 8, 200.0, batches=[{"hosts": 1, "wall_s": 40.0}, {"hosts": 5, "wall_s": 52.0},
                                              {"hosts": 2, "wall_s": 44.0}])  # fmt: skip
-    c = rb.check_projection(run, [1, 5, "25%"], recorded)
-    assert c.batch_sizes == [1, 5, 2]  # 25 % of 8 hosts
+    c = rb.check_projection(run, [5, "25%"], recorded)
+    assert c.batch_sizes == [1, 5, 2]  # the canary, 5, then 25 % of 8 hosts
     assert c.projected_as_recorded_s == 11.0 + 50 + (50 + 4 * 5) + (50 + 5)  # preflight median of 50 hosts
     assert c.projected_with_canary_s == 11.0 + 40 + (40 + 20) + (40 + 5)
     assert c.measured_per_extra_host_s == 3.5  # median of (52 - 40) / 4 = 3 and (44 - 40) / 1 = 4

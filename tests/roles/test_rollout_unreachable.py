@@ -1,9 +1,9 @@
 """A host that becomes unreachable stops the rollout, is named, and is finished first next time.
 
 Real `ansible-playbook deploy.yml` runs over four test-engine hosts on this machine (local
-connection, each with its own container, port and cache volume), batches [1, 2]: u-h1 | u-h2,
-u-h3 | u-h4. u-h2 answers preflight, then becomes an SSH host nobody answers for (127.0.0.1
-port 1) once its rollout starts: Ansible runs neither
+connection, each with its own container, port and cache volume): the canary u-h1, then waves
+of serial [2]: u-h2, u-h3 | u-h4. u-h2 answers preflight, then becomes an SSH host nobody
+answers for (127.0.0.1 port 1) once its rollout starts: Ansible runs neither
 rescue nor always for it and max_fail_percentage does not count it. The rollout must stop
 before u-h4's batch, the summary must name u-h2 as unreachable with the stage it was in, and the
 next run (u-h2 reachable again) must finish u-h2 before it touches u-h4.
@@ -60,7 +60,7 @@ def _inventory(
     write_inventory(
         inv,
         hosts,
-        serial or [1, 2],
+        serial or [2],
         sglang_reports_dir=str(tmp / "reports"),
         sglang_gate_config=gate_config(baseline={"tolerance": 0.5}),
     )
@@ -136,13 +136,13 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
 
 
 def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_time(tmp_path):
-    """u-h2 and u-h3 make up a batch (serial [1, 2, 1]) and both are lost: Ansible ends the whole
-    run, so no task of the rollout can record them; the rollout_lost callback does
+    """u-h2 and u-h3 make up a wave (serial [2, 1], after the canary u-h1) and both are lost:
+    Ansible ends the whole run, so no task of the rollout can record them; the rollout_lost callback does
     (plugins/callback). The next run finishes both in its repair play at the same time (one play,
     no serial: their stage spans overlap), before u-h4 is touched."""
     _cleanup()
     try:
-        run = deploy(_inventory(tmp_path, h2_reachable=False, serial=[1, 2, 1], lost=("u-h2", "u-h3")),
+        run = deploy(_inventory(tmp_path, h2_reachable=False, serial=[2, 1], lost=("u-h2", "u-h3")),
                       "20261203T120000Z")  # fmt: skip
         log = run.stdout + run.stderr
         assert run.returncode == 4, log[-4000:]  # unreachable: Ansible ended the run itself

@@ -239,7 +239,10 @@ def test_the_summary_whole(tmp_path: Path):
         },
     ).to_dict()
     gone = rr.lost("b2", "run-1", False, HV).to_dict()
-    s = rr.summarize([ok, same, back, bad, gone], ["a1", "a2", "a3", "b1", "b2", "c1"], "run-1", False, {"g1": "b1"})
+    s = rr.summarize(
+        [ok, same, back, bad, gone], ["a1", "a2", "a3", "b1", "b2", "c1"], "run-1", False, {"g1": "b1"},
+        waves=[["a2", "a3"], ["c1"]],
+    )  # fmt: skip
     assert s == {
         "run_id": "run-1",
         "finished": False,
@@ -256,6 +259,7 @@ def test_the_summary_whole(tmp_path: Path):
         "failed": ["b1"],
         "canaries": {"g1": "b1"},
         "failed_canaries": {"g1": "b1"},
+        "waves": [["a2", "a3"], ["c1"]],
         "unreachable": ["b2"],
         "baselines_written": [],
     }
