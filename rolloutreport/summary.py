@@ -27,6 +27,7 @@ def summarize(
     names = [r["host"] for r in records]
     canaries = {str(k): str(v) for k, v in (canaries or {}).items()}
     failed = [r["host"] for r in records if r["outcome"] == "failed"]
+    lost = [r["host"] for r in records if r["outcome"] == "unreachable"]
 
     def hosts(pred: Callable[[dict[str, Any]], Any]) -> list[str]:
         return [r["host"] for r in records if pred(r)]
@@ -45,9 +46,9 @@ def summarize(
         "left_drained": hosts(lambda r: r.get("in_rotation") == "no"),
         "failed": failed,
         "canaries": canaries,
-        # profile -> its canary, for each canary that failed: no wave started after it
-        "failed_canaries": {g: h for g, h in canaries.items() if h in failed},
-        "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
+        # profile -> its canary, for each canary that failed or became unreachable: no wave started after it
+        "failed_canaries": {g: h for g, h in canaries.items() if h in failed or h in lost},
+        "unreachable": lost,
         # the gate groups whose reference this run wrote (a group's first passing gate, or a promotion)
         "baselines_written": sorted({r["baseline_written"] for r in records if r.get("baseline_written")}),
     }
