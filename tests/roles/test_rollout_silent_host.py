@@ -5,17 +5,20 @@ Real SSH test hosts: three containers of the molecule instance image (sshd as PI
 `deploy` with sudo; molecule/resources/build-instance.sh) on a docker network of this test, reached
 with the project's ansible.cfg by `ansible-playbook deploy.yml`. The run is narrowed to the image
 stage (`--tags sglang_image`; test-engine hosts, the image on the machine's daemon already) so it
-stays short; the fault and the timings are real: once s-h3's stage marker says `image` (a batch of
-s-h2 and s-h3, after the canary s-h1), the test freezes s-h3 with `docker pause`. Its sshd stops
-answering while its TCP stack still accepts: nothing but SSH's keepalives (ansible.cfg's ssh_args)
-and ConnectTimeout (its `timeout`) can end the task on it. Before them, a task there was still
-waiting after 400 s.
+stays short; the fault and the timings are real. s-h2 and s-h3 make up a batch after the canary
+s-h1; the test freezes s-h3 with `docker pause` the moment the machine's daemon creates s-h3's
+image probe container: the module that asked for it (sglang_image's "Read the patch record", a
+docker_container run) is then running on s-h3, past sudo, on the SSH ControlMaster. Frozen, its
+sshd stops answering while its TCP stack still accepts: only SSH's keepalives (ansible.cfg's
+ssh_args) can end that task. Without them it waits for good (Ansible's own timeouts cover only the
+connect and the sudo prompt): a task there was still waiting after 400 s.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import threading
 import time
@@ -29,6 +32,7 @@ from testengine.local_fleet import write_inventory
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]
 
 HOSTS = ("s-h1", "s-h2", "s-h3")
+PROBE = "sglang-deploy-probe-s-h3"  # sglang_image_probe_container_name of s-h3
 IMAGE = "local/sglang-molecule-host:latest"
 NET = "silent-rollout-net"
 KEY = Path("/tmp/sglang-molecule-ssh/id_ed25519")
@@ -40,8 +44,8 @@ def _docker(*args: str, check: bool = True) -> str:
 
 
 def _cleanup() -> None:
-    for h in HOSTS:
-        subprocess.run(["docker", "rm", "-f", f"silent-{h}"], capture_output=True, check=False)
+    for name in [f"silent-{h}" for h in HOSTS] + [PROBE]:  # the probe: left by the frozen module
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
     subprocess.run(["docker", "network", "rm", NET], capture_output=True, check=False)
 
 
@@ -76,7 +80,7 @@ def _inventory(tmp: Path, addresses: dict[str, str]) -> Path:
             "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_private_key_file": str(KEY),
             # the inventory's own options come on top of ansible.cfg's ssh_args (keepalives kept)
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
             "sglang_server_container_name": f"silent-sglang-{h}",
             "flashinfer_cache_volume_prefix": f"silent-fic-{h}",
             "sglang_server_port": 31800 + i,
@@ -140,18 +144,30 @@ def test_a_host_frozen_mid_rollout_is_unreachable_within_two_minutes_and_repaire
     try:
         inventory = _inventory(tmp_path, _start_hosts())
         run_dir = tmp_path / "reports" / "20261207T100000Z"
-        first = _Run(tmp_path, inventory, "20261207T100000Z")
-        while _stage(run_dir, "s-h3") != "image":  # the batch [s-h2, s-h3] is in its image stage
-            assert first.proc.poll() is None and time.monotonic() - first.started < 240, first.log[-4000:]
-            time.sleep(0.1)
-        _docker("pause", "silent-s-h3")
-        paused = time.monotonic()
+        events = subprocess.Popen(
+            ["docker", "events", "--filter", "type=container", "--filter", "event=create",
+             "--filter", f"container={PROBE}", "--format", "{{.Actor.Attributes.name}}"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            first = _Run(tmp_path, inventory, "20261207T100000Z")
+            assert events.stdout is not None
+            while not select.select([events.stdout], [], [], 0.5)[0]:
+                assert first.proc.poll() is None and time.monotonic() - first.started < 240, first.log[-4000:]
+            assert events.stdout.readline().strip() == PROBE, first.log[-4000:]  # s-h3's module is mid-run
+            _docker("pause", "silent-s-h3")
+            paused = time.monotonic()
+        finally:
+            events.kill()
+            events.wait()
+        assert _stage(run_dir, "s-h3") == "image"
         rc = first.wait(timeout=SILENT_DEADLINE_S + 120)
         log = first.log
         assert rc != -9, f"the rollout still ran {time.monotonic() - paused:.0f} s after s-h3 froze:\n{log[-4000:]}"
         unreachable = first.first("fatal: [s-h3]: UNREACHABLE!")
         assert unreachable is not None, log[-5000:]
-        print(f"s-h3 UNREACHABLE {unreachable - paused:.1f} s after docker pause")
+        said = next(line for _, line in first.lines if "fatal: [s-h3]: UNREACHABLE!" in line)
+        print(f"s-h3 UNREACHABLE {unreachable - paused:.1f} s after docker pause: {said.strip()[:300]}")
         assert unreachable - paused < SILENT_DEADLINE_S, f"UNREACHABLE {unreachable - paused:.0f} s after the pause"
         assert rc == 4, log[-4000:]  # stopped on a lost host (not failed, not finished)
         summary = json.loads((run_dir / "rollout-summary.json").read_text())
