@@ -37,6 +37,7 @@ def summarize(
     this_run_drained = {
         r["host"]: {"why": r.get("drained_why", ""), "by": "this run"} for r in records if r.get("in_rotation") == "no"
     }
+    lost = [r["host"] for r in records if r["outcome"] == "unreachable"]
 
     def hosts(pred: Callable[[dict[str, Any]], Any]) -> list[str]:
         return [r["host"] for r in records if pred(r)]
@@ -60,10 +61,10 @@ def summarize(
         "out_of_rotation": out_of_rotation(state, run_id) if state is not None else this_run_drained,
         "failed": failed,
         "canaries": canaries,
-        # profile -> its canary, for each canary that failed: no wave started after it
-        "failed_canaries": {g: h for g, h in canaries.items() if h in failed},
+        # profile -> its canary, for each canary that failed or became unreachable: no wave started after it
+        "failed_canaries": {g: h for g, h in canaries.items() if h in failed or h in lost},
         "waves": [[str(h) for h in wave] for wave in waves or []],
-        "unreachable": hosts(lambda r: r["outcome"] == "unreachable"),
+        "unreachable": lost,
         # the gate groups whose reference this run wrote (a group's first passing gate, or a promotion)
         "baselines_written": sorted({r["baseline_written"] for r in records if r.get("baseline_written")}),
     }

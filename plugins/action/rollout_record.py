@@ -13,9 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
+# the bundle's packages: an action plugin is loaded when its task starts, and a failed import there
+# reads as "Unexpected Exception, this is probably a bug" with a traceback; this says what to do
+try:
+    import rolloutreport
+except ImportError as exc:  # ansible-playbook from outside the bundle's virtualenv
+    raise AnsibleError(
+        f"ansible-playbook runs on a Python without the bundle's packages ({exc}): activate the bundle's "
+        "virtualenv (. .venv/bin/activate; bash scripts/setup.sh makes it) and run it again"
+    ) from None
 
 DOCUMENTATION = """
 module: rollout_record

@@ -20,7 +20,13 @@ from typing import Any
 from ansible.plugins.callback import CallbackBase
 from ansible.template import Templar, trust_as_template
 
-import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
+try:
+    import rolloutreport
+except ImportError as exc:  # ansible-playbook from outside the bundle's virtualenv: Ansible skips this plugin, saying
+    raise ImportError(
+        f"ansible-playbook runs on a Python without the bundle's packages ({exc}): activate the bundle's "
+        "virtualenv (. .venv/bin/activate; bash scripts/setup.sh makes it) and run it again"
+    ) from exc
 
 DOCUMENTATION = """
 name: rollout_lost
@@ -92,12 +98,41 @@ class CallbackModule(CallbackBase):
             if metrics is not None:  # the fleet's metrics say the host is lost too
                 state = rolloutreport.read_state(rolloutreport.state_path(run_dir, templar.template(override)))
                 rolloutreport.write_fleet_metrics(metrics, summary, state)
+            canaries = self._canaries(templar)
+            # a lost canary is a failed canary (as the canary play's own message says it): no wave started
+            profile = next((g or "(default)" for g, h in canaries.items() if h == host), None)
+            said = "ROLLOUT STOPPED"
+            if profile is not None:
+                said = f"CANARY FAILED: the canary of GPU profile {profile} failed, no wave started; {said}"
             self._display.error(
-                f"ROLLOUT STOPPED: {host} became unreachable during {record.get('stage') or '?'} ({task}). "
+                f"{said}: {host} became unreachable during {record.get('stage') or '?'} ({task}). "
                 f"Its record and the summary: {run_dir}. The next run finishes {host} first "
                 "(re-gates the config it runs, or rolls it back) before touching any other host.",
                 wrap_text=False,
             )
+
+    @staticmethod
+    def _canaries(templar: Templar) -> dict[str, str]:
+        """The run's canary of each GPU profile (preflight's pick, on the controller's hostvars), so a
+        lost canary reads as the failed canary it is; {} when preflight picked none."""
+        try:
+            found = templar.template(
+                trust_as_template("{{ hostvars['localhost'].sglang_rollout_canaries | default({}) }}")
+            )
+        except Exception:  # no preflight facts in this run: no canaries to name
+            return {}
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+    @staticmethod
+    def _waves(templar: Templar) -> list[list[str]]:
+        """The waves preflight planned (on the controller's hostvars), so a summary rewritten after a
+        lost host still shows them; [] when preflight planned none."""
+        try:
+            planned = "{{ (hostvars['localhost'].sglang_rollout_waves | default({})).waves | default([]) }}"
+            found = templar.template(trust_as_template(planned))
+        except Exception:  # no preflight facts in this run: no waves to show
+            return []
+        return [[str(h) for h in w] for w in found] if isinstance(found, list) else []
 
     def _rewrite_summary(self, run_dir: Path, templar: Templar, variables: dict[str, Any]) -> dict[str, Any]:
         records = rolloutreport.read_records(run_dir)
@@ -106,7 +141,10 @@ class CallbackModule(CallbackBase):
         all_hosts = [h.get_name() for h in inventory.get_hosts("sglang_servers", ignore_restrictions=True)]
         override = templar.template(variables.get("sglang_rollout_state_file", ""))
         state = rolloutreport.read_state(rolloutreport.state_path(run_dir, override))
-        summary = rolloutreport.summarize(records, all_hosts, run_dir.name, finished=False, state=state)
+        summary = rolloutreport.summarize(
+            records, all_hosts, run_dir.name, finished=False, canaries=self._canaries(templar), state=state,
+            waves=self._waves(templar),
+        )  # fmt: skip
         templar.available_variables = {**variables, "sglang_summary": summary}
         template = Path(__file__).resolve().parents[2] / "playbooks" / "templates" / "rollout-summary.md.j2"
         rolloutreport.write_summary(run_dir, summary, str(templar.template(trust_as_template(template.read_text()))))

@@ -9,7 +9,13 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
+try:
+    import rolloutreport
+except ImportError as exc:  # ansible-playbook from outside the bundle's virtualenv: Ansible skips this plugin, saying
+    raise ImportError(
+        f"ansible-playbook runs on a Python without the bundle's packages ({exc}): activate the bundle's "
+        "virtualenv (. .venv/bin/activate; bash scripts/setup.sh makes it) and run it again"
+    ) from exc
 
 
 def rollout_state_view(path: Any) -> dict[str, Any]:

@@ -34,6 +34,7 @@ def _inventory(
     serial: list[int] | None = None,
     h2_gone: bool = False,
     lost: tuple[str, ...] = ("u-h2",),
+    profiles: dict[str, str] | None = None,
 ) -> Path:
     inv = tmp / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
@@ -47,6 +48,8 @@ def _inventory(
             "flashinfer_cache_volume_prefix": f"unreach-fic-{name}",
             "sglang_server_state_dir": str(tmp / "state" / name),
         }
+        if profiles:  # GPU profiles: one canary each (preflight picks the first host of each)
+            hosts[name]["sglang_gate_baseline_group"] = profiles[name]
     for name in () if h2_reachable else lost:
         # Reachable for preflight, gone once its rollout starts (an SSH port nobody answers on): the
         # connection is chosen per task from the stage marker the rollout sets.
@@ -105,7 +108,15 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         look = deploy(reachable, "20261203T103000Z", "--check")
         assert look.returncode == 0, (look.stdout + look.stderr)[-4000:]
         assert "Left half-done by an earlier run, finishing first: u-h2." in " ".join(look.stdout.split())
-        fix = deploy(reachable, "20261203T104000Z", "--limit", "u-h1")
+        # a --limit run that leaves u-h2 out stops before any host changes, naming it ...
+        refused = deploy(reachable, "20261203T103500Z", "--limit", "u-h1")
+        said = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode != 0, said[-3000:]
+        assert "u-h2 is pending repair from an earlier run and outside this run's --limit: nothing was changed" in said
+        assert "PLAY [Canaries" not in said and not (tmp_path / "reports" / "20261203T103500Z" / "hosts").exists()
+        # ... unless the operator says so on purpose
+        fix = deploy(reachable, "20261203T104000Z", "--limit", "u-h1",
+                     "-e", "sglang_rollout_ignore_pending_outside_limit=true")  # fmt: skip
         assert fix.returncode == 0, fix.stdout[-3000:]
         said = " ".join(fix.stdout.split())  # the output wraps long messages
         at = said.find("Left half-done")
@@ -178,6 +189,46 @@ def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_t
         assert a0 < b1 and b0 < a1, spans  # one at a time would put one host's start after the other's end
         assert json.loads((run2 / "rollout-summary.json").read_text())["unreachable"] == []
         assert all(_running(h) for h in HOSTS)
+    finally:
+        _cleanup()
+
+
+def test_a_lost_canary_is_a_failed_canary_and_no_wave_starts(tmp_path):
+    """u-h1, the canary of profile g1, is lost while u-h3, the canary of g2, passes in the same
+    canary play: Ansible counts no unreachable host against max_fail_percentage, so the waves would
+    start; the run must stop as for a failed canary and say so. Then with one profile, u-h1 is the
+    whole canary batch: Ansible ends the run itself and the rollout_lost callback must say the same."""
+    _cleanup()
+    try:
+        profiles = {"u-h1": "g1", "u-h2": "g1", "u-h3": "g2", "u-h4": "g2"}
+        run = deploy(_inventory(tmp_path, h2_reachable=False, lost=("u-h1",), profiles=profiles), "20261203T140000Z")
+        said = " ".join((run.stdout + run.stderr).split())
+        assert run.returncode != 0, said[-4000:]
+        assert ("CANARY FAILED: u-h1, the canary of GPU profile g1, became unreachable during gpu_host; no wave starts"
+                in said), said[-4000:]  # fmt: skip
+        assert "PLAY [Roll out host by host (canary first)]" not in said
+        run_dir = tmp_path / "reports" / "20261203T140000Z"
+        summary = json.loads((run_dir / "rollout-summary.json").read_text())
+        assert summary["failed_canaries"] == {"g1": "u-h1"} and summary["unreachable"] == ["u-h1"], summary
+        assert summary["moved"] == ["u-h3"] and summary["not_reached"] == ["u-h2", "u-h4"], summary
+        md = (run_dir / "rollout-summary.md").read_text()
+        assert ("**Stopped**: canary u-h1 failed (GPU profile g1); no wave started. u-h1 became unreachable; "
+                "the next run finishes it first.") in md, md  # fmt: skip
+        assert not _running("u-h2") and not _running("u-h4")
+        state = json.loads((tmp_path / "reports" / "fleet-state.json").read_text())
+        assert [h for h, e in state["hosts"].items() if e["pending_repair"]] == ["u-h1"], state
+
+        # one profile: the lost canary is its play's whole batch (the callback's case)
+        alone = deploy(_inventory(tmp_path / "alone", h2_reachable=False, lost=("u-h1",)), "20261203T141000Z")
+        log = alone.stdout + alone.stderr
+        assert alone.returncode == 4, log[-4000:]
+        assert ("CANARY FAILED: the canary of GPU profile local failed, no wave started; ROLLOUT STOPPED: u-h1 became "
+                "unreachable during gpu_host") in log, log[-3000:]  # fmt: skip
+        run_dir = tmp_path / "alone" / "reports" / "20261203T141000Z"
+        summary = json.loads((run_dir / "rollout-summary.json").read_text())
+        assert summary["failed_canaries"] == {"local": "u-h1"} and summary["not_reached"] == ["u-h2", "u-h3", "u-h4"]
+        assert "**Stopped**: canary u-h1 failed (GPU profile local); no wave started." in (
+            run_dir / "rollout-summary.md").read_text()  # fmt: skip
     finally:
         _cleanup()
 

@@ -266,6 +266,9 @@ def test_the_summary_whole(tmp_path: Path):
     wrote = [{**ok, "baseline_written": "g2"}, {**same, "baseline_written": "g1"}, {**back, "baseline_written": "g2"}]
     assert rr.summarize(wrote, ["a1", "a2", "a3"], "run-1", True)["baselines_written"] == ["g1", "g2"]
     assert rr.summarize([ok], ["a1"], "run-1", True, {"g1": "a1"})["failed_canaries"] == {}
+    # a canary lost (unreachable) is a failed canary: no wave started after it
+    lost = rr.summarize([ok, gone], ["a1", "b2"], "run-1", False, {"g1": "a1", "g2": "b2"})
+    assert (lost["failed_canaries"], lost["unreachable"], lost["failed"]) == ({"g2": "b2"}, ["b2"], [])
     assert rr.summarize([ok], ["a1"], "run-1", True)["canaries"] == {}
     served = {**ok, "in_rotation": "yes"}
     assert rr.summarize([served], ["a1"], "run-1", True)["left_drained"] == []
