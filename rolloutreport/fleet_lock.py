@@ -81,14 +81,20 @@ def judge(
         verdict.msg = (
             f"{'check mode: a real run would take' if check else 'run ' + run_id + ' holds'} the rollout lock "
             f"of all {len(results)} hosts"
-            + (f" ({took} of them {'taken over or broken' if not check else 'from a stale or broken lock'})" if took else "")
+            + (
+                f" ({took} of them {'taken over or broken' if not check else 'from a stale or broken lock'})"
+                if took
+                else ""
+            )
         )
         return verdict
     parts = [f"{text} holds {_short(hosts)}" for text, hosts in by_holder.items()]
     parts += [f"{host}: the lock could not be taken ({why})" for host, why in verdict.no_answer.items()]
     release = (
         f" Run {run_id} changed nothing and releases the {len(verdict.taken)} host locks it took"
-        f" ({_short(verdict.taken)})." if verdict.taken else f" Run {run_id} changed nothing and holds no lock."
+        f" ({_short(verdict.taken)})."
+        if verdict.taken
+        else f" Run {run_id} changed nothing and holds no lock."
     )
     advice = (
         " Wait for that run to finish. If it is dead, its lock is taken over once its heartbeat is older than "
@@ -98,9 +104,14 @@ def judge(
     if break_run_id and by_holder:
         advice += f" (sglang_rollout_break_lock={break_run_id} names no run that holds these hosts.)"
     prefix = "check mode: a real run would stop here, " if check else ""
-    verdict.msg = prefix + "another rollout holds hosts of this run: " + "; ".join(parts) + "." + (
-        "" if check else release
-    ) + advice
+    verdict.msg = (
+        prefix
+        + "another rollout holds hosts of this run: "
+        + "; ".join(parts)
+        + "."
+        + ("" if check else release)
+        + advice
+    )
     return verdict
 
 

@@ -51,7 +51,9 @@ class ActionModule(ActionBase):
         check = bool(self._task.check_mode)
         verdict = fleet_lock.judge(args["results"], args["run_id"], args["stale_s"], check, args["break_run_id"])
         if not check:
-            fleet_lock.log_events(Path(args["run_dir"]), verdict, args["run_id"], getpass.getuser(), socket.gethostname())
+            fleet_lock.log_events(
+                Path(args["run_dir"]), verdict, args["run_id"], getpass.getuser(), socket.gethostname()
+            )
         out = {**result, **fleet_lock.as_result(verdict), "changed": False}
         if verdict.warnings:  # shown without -v: whose lock this run took over or broke
             out["warnings"] = [*out.get("warnings", []), *verdict.warnings]

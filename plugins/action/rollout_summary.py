@@ -14,7 +14,8 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar, trust_as_template
 
-import rolloutreport  # the bundle's package: run ansible-playbook from its virtualenv
+import rolloutreport
+from rolloutreport import fleet_lock  # the bundle's package: run ansible-playbook from its virtualenv
 
 DOCUMENTATION = """
 module: rollout_summary
@@ -61,6 +62,7 @@ class ActionModule(ActionBase):
         run_dir = Path(args["dir"])
         records = rolloutreport.read_records(run_dir)
         summary = rolloutreport.summarize(records, args["hosts"], run_dir.name, args["finished"], args["canaries"])
+        summary["lock_events"] = fleet_lock.read_log(run_dir)  # whose rollout lock this run took over or broke
         if args["finished"]:  # the image in flight has landed when every host moved
             check_mode = bool(task_vars.get("ansible_check_mode", False))
             state_file = rolloutreport.state_path(run_dir, args.get("state_file"))

@@ -96,7 +96,9 @@ def age_s(lock: dict[str, Any], now: float) -> float:
         return float("inf")
 
 
-def decide(current: dict[str, Any] | None, owner: dict[str, Any], now: float, stale_s: int, break_run_id: str) -> Decision:
+def decide(
+    current: dict[str, Any] | None, owner: dict[str, Any], now: float, stale_s: int, break_run_id: str
+) -> Decision:
     """Judge the lock found on the host for this run (pure: the unit tests call it)."""
     if current is None:
         return Decision("taken")

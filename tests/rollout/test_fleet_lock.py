@@ -131,7 +131,9 @@ def test_the_judge_rolls_only_with_every_host():
     assert lost.no_answer == {"h3": "ssh: no route"}
     assert lost.msg.startswith(f"another rollout holds hosts of this run: {holder} holds h2; h3: the lock could not")
     assert "Run r1 changed nothing and releases the 1 host locks it took (h1)." in lost.msg
-    assert "sglang_rollout_host_lock_stale_s (600 s)" in lost.msg and "sglang_rollout_break_lock=<its run id>" in lost.msg
+    assert (
+        "sglang_rollout_host_lock_stale_s (600 s)" in lost.msg and "sglang_rollout_break_lock=<its run id>" in lost.msg
+    )
 
 
 def test_the_judge_in_check_mode_releases_nothing_and_says_what_a_real_run_would_do():
@@ -153,6 +155,8 @@ def test_what_was_broken_is_logged_in_the_run_folder(tmp_path):
     path = fleet_lock.log_events(tmp_path / "r1", v, "r1", "alice", "ops-1")
     assert path is not None
     events = fleet_lock.read_log(tmp_path / "r1")
-    assert [(e["host"], e["what"], e["previous"]["run_id"], e["by"]) for e in events] == [("h1", "broke", "r0", "alice@ops-1")]
+    assert [(e["host"], e["what"], e["previous"]["run_id"], e["by"]) for e in events] == [
+        ("h1", "broke", "r0", "alice@ops-1")
+    ]
     assert fleet_lock.log_events(tmp_path / "r2", fleet_lock.judge({"h1": _res("taken")}, "r2", 600, False),
                                  "r2", "a", "b") is None  # fmt: skip
