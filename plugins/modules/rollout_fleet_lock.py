@@ -17,11 +17,14 @@ still runs that another controller could check (its process table is on another 
 lock is stale only when its heartbeat, written by this module in this host's clock and compared
 with this host's clock, is older than ``stale_s``. The run refreshes it (``state: heartbeat``).
 
-Why ``wait_s`` waits only for a younger holder: two runs started at the same moment may each take
-part of the hosts. Runs are totally ordered by (start, token), so both agree who is older; the
-younger gives up on every host where it meets the older (it returns ``held`` at once, then releases
-what it took and stops), the older waits up to ``wait_s`` on each host where it meets a younger for
-that lock to go, then takes it. Exactly one of them ends up holding every host.
+Why ``wait_s`` waits only for a younger holder still taking its locks: two runs started at the
+same moment may each take part of the hosts. Runs are totally ordered by (start, token), so both
+agree who is older; the younger gives up on every host where it meets the older (it returns
+``held`` at once, then releases what it took and stops), the older waits up to ``wait_s`` on each
+host where it meets a younger one for that lock to go, then takes it. A lock is ``phase: taking``
+until its run's judgement found it holds every host and marked it ``holding`` (``state: heartbeat,
+phase: holding``): a run that won does not let go before its end, so the older does not wait for
+it (else it would roll after it, one rollout queued behind another). Exactly one of them rolls.
 
 States:
 
@@ -64,6 +67,7 @@ options:
   stale_s: {description: heartbeat age after which another run's lock is taken over, type: int, default: 10800}
   wait_s: {description: how long to wait for a younger run's lock to go, type: int, default: 0}
   break_run_id: {description: take over the lock of this run id whatever its heartbeat, type: str, default: ""}
+  phase: {description: with state heartbeat, "holding" once the run holds every host, type: str, default: ""}
 """
 
 LOCK_NAME = "rollout.lock"
@@ -170,7 +174,7 @@ def _stamp(now: float) -> str:
 def new_lock(owner: dict[str, Any], now: float, previous: dict[str, Any] | None, how: str) -> dict[str, Any]:
     """This run's lock; a taken-over or broken one is kept inside it, so the host itself says whose."""
     lock = {key: owner.get(key, "") for key in OWNER_KEYS}
-    lock.update(taken=_stamp(now), heartbeat=now, heartbeat_at=_stamp(now))
+    lock.update(taken=_stamp(now), heartbeat=now, heartbeat_at=_stamp(now), phase="taking")
     if previous is not None:
         lock[how] = {key: previous.get(key) for key in (*OWNER_KEYS, "heartbeat_at") if key in previous}
     return lock
@@ -191,8 +195,11 @@ def take(folder: str, owner: dict[str, Any], stale_s: int, wait_s: int, break_ru
             decision = decide(current, owner, now, stale_s, break_run_id)
             if decision.outcome == "held":
                 decision.holder = {**decision.holder, "age_s": round(age_s(decision.holder, now), 1)}
+                # wait only for a younger run still taking its locks: one that holds every host
+                # (phase "holding", its judgement done) will not let go before its end
                 younger = priority(decision.holder) > priority(owner)
-                if check or not younger or now >= deadline:
+                taking = decision.holder.get("phase") == "taking"
+                if check or not younger or not taking or now >= deadline:
                     return decision
             elif check:
                 return decision
@@ -206,8 +213,9 @@ def take(folder: str, owner: dict[str, Any], stale_s: int, wait_s: int, break_ru
         time.sleep(1.0)
 
 
-def heartbeat(folder: str, owner: dict[str, Any], check: bool) -> tuple[bool, dict[str, Any] | None]:
-    """``state: heartbeat``: (still ours, the lock found); refreshed when ours (not in check mode)."""
+def heartbeat(folder: str, owner: dict[str, Any], check: bool, phase: str = "") -> tuple[bool, dict[str, Any] | None]:
+    """``state: heartbeat``: (still ours, the lock found); refreshed when ours (not in check mode),
+    with ``phase`` "holding" once the run's judgement found it holds every host."""
     path = os.path.join(folder, LOCK_NAME)
     if check or not os.path.isdir(folder):
         current = read_lock(path)
@@ -217,7 +225,9 @@ def heartbeat(folder: str, owner: dict[str, Any], check: bool) -> tuple[bool, di
         if current is None or current.get("token") != owner["token"]:
             return False, current
         now = time.time()
-        write_lock(path, {**current, "heartbeat": now, "heartbeat_at": _stamp(now)})
+        write_lock(
+            path, {**current, "heartbeat": now, "heartbeat_at": _stamp(now), **({"phase": phase} if phase else {})}
+        )
         return True, current
 
 
@@ -245,6 +255,7 @@ def main() -> None:
             "stale_s": {"type": "int", "default": 10800},
             "wait_s": {"type": "int", "default": 0},
             "break_run_id": {"type": "str", "default": ""},
+            "phase": {"type": "str", "default": "", "choices": ["", "holding"]},
         },
         supports_check_mode=True,
     )
@@ -263,7 +274,7 @@ def main() -> None:
             path=os.path.join(folder, LOCK_NAME),
         )
     if p["state"] == "heartbeat":
-        ours, current = heartbeat(folder, owner, check)
+        ours, current = heartbeat(folder, owner, check, p["phase"])
         if not ours:
             module.fail_json(
                 msg=(

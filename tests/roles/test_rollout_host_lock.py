@@ -27,13 +27,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="ne
 HOSTS = 3
 
 
-def _controller(tmp: Path, name: str) -> Path:
-    """One controller's inventory: hosts <name>1..3 on the shared state folders, its own reports."""
+def _controller(tmp: Path, name: str, reverse: bool = False) -> Path:
+    """One controller's inventory: hosts <name>1..3 on the shared state folders, its own reports.
+    ``reverse``: <name>1 is the third host's folder (a run with one fork takes its locks in the
+    opposite order of the other controller's, so two runs started at once meet in the middle)."""
     hosts = {
         f"{name}{i}": {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
-            "sglang_server_state_dir": str(tmp / f"host{i}"),
+            "sglang_server_state_dir": str(tmp / f"host{HOSTS + 1 - i if reverse else i}"),
         }
         for i in range(1, HOSTS + 1)
     }
@@ -46,17 +48,23 @@ def _controller(tmp: Path, name: str) -> Path:
     )
 
 
-def _start(inv: Path, run_id: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "--tags", "gpu_host",
-         "-e", f"sglang_run_id={run_id}", *extra],
-        cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+def _start(inv: Path, run_id: str, *extra: str) -> tuple[subprocess.Popen[str], Path]:
+    """Start a deploy; its output goes to a file (a pipe nobody reads would stall it once full, and
+    a stalled run would no longer race)."""
+    log = inv.parent / f"{run_id}.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "--tags", "gpu_host",
+             "-e", f"sglang_run_id={run_id}", *extra],
+            cwd=REPO, env=ansible_env(), stdout=fh, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    return proc, log
 
 
-def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=600)
-    return proc.returncode, " ".join(out.split())
+def _finish(started: tuple[subprocess.Popen[str], Path]) -> tuple[int, str]:
+    proc, log = started
+    proc.wait(timeout=600)
+    return proc.returncode, " ".join(log.read_text().split())
 
 
 def _deploy(inv: Path, run_id: str, *extra: str) -> tuple[int, str]:
@@ -91,10 +99,13 @@ def _records(inv: Path, run_id: str) -> list[str]:
 
 
 def test_two_controllers_started_at_once_exactly_one_rolls(tmp_path):
-    a, b = _controller(tmp_path, "a"), _controller(tmp_path, "b")
-    for race in range(2):
+    """Three races: two with all forks (each run asks its three hosts at once), one with one fork and
+    the hosts in opposite orders, where the runs are likeliest to split the hosts (then the younger
+    releases what it took and the older waits for it)."""
+    a, b = _controller(tmp_path, "a"), _controller(tmp_path, "b", reverse=True)
+    for race, forks in enumerate(("50", "50", "1")):
         ids = {"a": f"race{race}-a", "b": f"race{race}-b"}
-        procs = {"a": _start(a, ids["a"]), "b": _start(b, ids["b"])}
+        procs = {"a": _start(a, ids["a"], "--forks", forks), "b": _start(b, ids["b"], "--forks", forks)}
         done = {name: _finish(proc) for name, proc in procs.items()}
         winners = [name for name, (rc, _) in done.items() if rc == 0]
         assert len(winners) == 1, {name: out[-2500:] for name, (_, out) in done.items()}
@@ -106,6 +117,7 @@ def test_two_controllers_started_at_once_exactly_one_rolls(tmp_path):
         assert f"Run {ids[lose]} changed nothing and" in out
         assert _records(inv[lose], ids[lose]) == []
         assert _records(inv[win], ids[win]) == [f"{win}{i}" for i in range(1, HOSTS + 1)]
+        print(f"race {race} (forks {forks}): {ids[win]} won;", out[out.index(f"Run {ids[lose]} changed") :][:90])
         # after the winner's normal end, no lock is left on any host
         assert _locks(tmp_path) == {}
 

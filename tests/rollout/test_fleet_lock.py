@@ -103,6 +103,18 @@ def test_the_older_run_waits_for_the_younger_to_let_go_and_the_younger_never_wai
     assert time.monotonic() - start < 1
 
 
+def test_the_older_run_does_not_wait_for_a_younger_run_that_won(tmp_path):
+    """A younger run that holds every host (its judgement marked its locks "holding") keeps them to its
+    end: the older one stops at once instead of rolling after it."""
+    lockmod.take(str(tmp_path), YOUNG, 600, 0, "", False)
+    assert _lock(tmp_path)["phase"] == "taking"
+    assert lockmod.heartbeat(str(tmp_path), YOUNG, False, "holding")[0] is True
+    assert _lock(tmp_path)["phase"] == "holding"
+    start = time.monotonic()
+    held = lockmod.take(str(tmp_path), OLD, 600, 20, "", False)
+    assert held.outcome == "held" and held.holder["run_id"] == "r-young" and time.monotonic() - start < 1
+
+
 def test_racing_takers_exactly_one_wins(tmp_path):
     owners = [_owner(f"r{i}", f"t{i}", 100.0 + i) for i in range(8)]
     outcomes: dict[str, str] = {}
