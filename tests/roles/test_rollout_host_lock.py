@@ -178,8 +178,12 @@ def test_a_run_stopped_by_a_failed_host_lets_go_of_every_host_it_holds(tmp_path)
     broken: list[str] = []
 
     def break_host3() -> None:  # as another operator's -e sglang_rollout_break_lock=stopped would
-        for _ in range(1200):
-            if lock3.exists() and json.loads(lock3.read_text()).get("run_id") == "stopped":
+        for _ in range(6000):
+            try:
+                lock = json.loads(lock3.read_text())
+            except FileNotFoundError:
+                lock = {}
+            if lock.get("run_id") == "stopped" and lock.get("phase") == "holding":  # preflight is done
                 broken.append(_hold(tmp_path, 3, heartbeat_age_s=0, run_id="other-run"))
                 return
             time.sleep(0.05)
