@@ -142,6 +142,13 @@ def test_held_stale_check_and_break(tmp_path):
         and "check mode: a real run would stop here, another rollout holds hosts of this run: run 20261205T0100Z" in out
     )
     assert list(_locks(tmp_path)) == [2] and (tmp_path / "host2" / "rollout.lock").read_text() == held
+    # preflight.yml alone (no rollout after it) reads the locks like --check and leaves none behind
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(a), "playbooks/preflight.yml", "-e", "sglang_run_id=alone"],
+        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "check mode: a real run would stop here" in proc.stdout, proc.stdout[-3000:]
+    assert list(_locks(tmp_path)) == [2] and (tmp_path / "host2" / "rollout.lock").read_text() == held
     # break it: logged as who broke whose lock, in the output and the run's folder; released at the end
     rc, out = _deploy(a, "breaker", "-e", "sglang_rollout_break_lock=20261205T0100Z")
     assert rc == 0, out[-3000:]
