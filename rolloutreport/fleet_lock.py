@@ -61,20 +61,30 @@ def judge(
             by_holder.setdefault(text, []).append(host)
         else:
             verdict.taken.append(host)
-            if outcome in ("took_over", "broke"):
+            if outcome in ("took_over", "broke", "reclaimed"):
                 holder = dict(res.get("holder") or {})
                 verdict.events.append(
                     {"host": host, "what": outcome, "previous": holder, "text": str(res.get("holder_text", ""))}
                 )
     verdict.won = not verdict.held and not verdict.no_answer
-    verb = {"took_over": "takes over the stale lock of", "broke": "breaks the lock of"}
+    verb = {
+        "took_over": "takes over the stale lock of",
+        "broke": "breaks the lock of",
+        "reclaimed": "takes back the lock left by",
+    }
     if check:
         verdict.taken = []  # check mode takes nothing, so nothing is to be released
-        verb = {"took_over": "would take over the stale lock of", "broke": "would break the lock of"}
-    for what in ("took_over", "broke"):
+        verb = {
+            key: "would " + value.replace("takes", "take").replace("breaks", "break") for key, value in verb.items()
+        }
+    why_of = {
+        "broke": "sglang_rollout_break_lock",
+        "reclaimed": "that run lost the host: this controller's fleet state",
+    }
+    for what in ("took_over", "broke", "reclaimed"):
         for text in sorted({e["text"] for e in verdict.events if e["what"] == what}):
             on = [e["host"] for e in verdict.events if e["what"] == what and e["text"] == text]
-            why = f"heartbeat older than {stale_s} s" if what == "took_over" else "sglang_rollout_break_lock"
+            why = why_of.get(what, f"heartbeat older than {stale_s} s")
             verdict.warnings.append(f"run {run_id} {verb[what]} {text} on {_short(on)} ({why})")
     if verdict.won:
         took = len(verdict.events)

@@ -29,7 +29,10 @@ it (else it would roll after it, one rollout queued behind another). Exactly one
 States:
 
 - ``present``: take it (``taken``), or find it ours (``ours``), or take over a stale one
-  (``took_over``), or break the named run's (``broke``), or report who holds it (``held``).
+  (``took_over``), or break the named run's (``broke``), or take back the lock of the run that this
+  controller's fleet state says lost the host (``reclaimed``: that run recorded it unreachable and
+  stopped, so it can never release it; the next run of the same controller goes on), or report who
+  holds it (``held``).
 - ``heartbeat``: refresh our heartbeat; fails when the lock is not ours any more (broken or taken
   over), so a run never changes a host it no longer holds.
 - ``absent``: remove it if it is ours (``released``); another run's lock is left alone.
@@ -68,6 +71,10 @@ options:
   wait_s: {description: how long to wait for a younger run's lock to go, type: int, default: 0}
   break_run_id: {description: take over the lock of this run id whatever its heartbeat, type: str, default: ""}
   phase: {description: with state heartbeat, "holding" once the run holds every host, type: str, default: ""}
+  lost_by:
+    description: the run this controller's fleet state says lost this host (it gave the host up); its lock is taken back
+    type: str
+    default: ""
 """
 
 LOCK_NAME = "rollout.lock"
@@ -101,7 +108,12 @@ def age_s(lock: dict[str, Any], now: float) -> float:
 
 
 def decide(
-    current: dict[str, Any] | None, owner: dict[str, Any], now: float, stale_s: int, break_run_id: str
+    current: dict[str, Any] | None,
+    owner: dict[str, Any],
+    now: float,
+    stale_s: int,
+    break_run_id: str,
+    lost_by: str = "",
 ) -> Decision:
     """Judge the lock found on the host for this run (pure: the unit tests call it)."""
     if current is None:
@@ -110,6 +122,8 @@ def decide(
         return Decision("ours")
     if break_run_id and current.get("run_id") == break_run_id:
         return Decision("broke", current)
+    if lost_by and current.get("run_id") == lost_by:
+        return Decision("reclaimed", current)
     if age_s(current, now) > stale_s:
         return Decision("took_over", current)
     return Decision("held", current)
@@ -180,7 +194,9 @@ def new_lock(owner: dict[str, Any], now: float, previous: dict[str, Any] | None,
     return lock
 
 
-def take(folder: str, owner: dict[str, Any], stale_s: int, wait_s: int, break_run_id: str, check: bool) -> Decision:
+def take(
+    folder: str, owner: dict[str, Any], stale_s: int, wait_s: int, break_run_id: str, check: bool, lost_by: str = ""
+) -> Decision:
     """``state: present``; waits up to ``wait_s`` while a younger run holds the lock (see the docstring)."""
     path = os.path.join(folder, LOCK_NAME)
     deadline = time.time() + max(wait_s, 0)
@@ -192,7 +208,7 @@ def take(folder: str, owner: dict[str, Any], stale_s: int, wait_s: int, break_ru
         with contextlib.nullcontext() if check else guarded(folder):
             now = time.time()
             current = read_lock(path)
-            decision = decide(current, owner, now, stale_s, break_run_id)
+            decision = decide(current, owner, now, stale_s, break_run_id, lost_by)
             if decision.outcome == "held":
                 decision.holder = {**decision.holder, "age_s": round(age_s(decision.holder, now), 1)}
                 # wait only for a younger run still taking its locks: one that holds every host
@@ -256,6 +272,7 @@ def main() -> None:
             "wait_s": {"type": "int", "default": 0},
             "break_run_id": {"type": "str", "default": ""},
             "phase": {"type": "str", "default": "", "choices": ["", "holding"]},
+            "lost_by": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -265,9 +282,9 @@ def main() -> None:
     if missing:
         module.fail_json(msg=f"rollout_fleet_lock: owner needs {', '.join(missing)}")
     if p["state"] == "present":
-        decision = take(folder, owner, p["stale_s"], p["wait_s"], p["break_run_id"], check)
+        decision = take(folder, owner, p["stale_s"], p["wait_s"], p["break_run_id"], check, p["lost_by"])
         module.exit_json(
-            changed=decision.outcome in ("taken", "took_over", "broke"),
+            changed=decision.outcome in ("taken", "took_over", "broke", "reclaimed"),
             outcome=decision.outcome,
             holder=decision.holder,
             holder_text=describe(decision.holder, time.time()) if decision.holder else "",

@@ -10,6 +10,7 @@ the lock run: what is asserted is the lock, not the deploy (test_roles_local_rol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -205,3 +206,31 @@ def test_a_run_stopped_by_a_failed_host_lets_go_of_every_host_it_holds(tmp_path)
     assert _locks(tmp_path) == {3: json.loads(broken[0])}  # hosts 1 and 2 released, host 3 left to its holder
     record = json.loads((a.parent / "reports" / "stopped" / "hosts" / "a3.json").read_text())
     assert record["outcome"] == "failed" and "is no longer run stopped's" in record["failure"]
+
+
+def test_the_run_keeps_every_hosts_heartbeat_fresh(tmp_path):
+    """Host 1 (the canary) is worked on first; its lock is refreshed later too, at the batches' start
+    (every host, once a quarter of sglang_rollout_host_lock_stale_s has passed: 1 s here). Without
+    that refresh its lock would show three heartbeats: the take, the 'holding' mark, its own turn."""
+    a = _controller(tmp_path, "a")
+    lock1 = tmp_path / "host1" / "rollout.lock"
+    beats: set[float] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+                beats.add(float(json.loads(lock1.read_text())["heartbeat"]))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        rc, out = _deploy(a, "beats", "-e", "sglang_rollout_host_lock_stale_s=4")
+    finally:
+        done.set()
+        watcher.join()
+    assert rc == 0, out[-3000:]
+    assert "TASK [Fleet lock on every host of the run: heartbeat]" in out
+    assert len(beats) >= 4, sorted(beats)
+    assert _locks(tmp_path) == {}
