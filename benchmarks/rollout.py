@@ -274,7 +274,7 @@ def ansible_cfg(path: Path, over: dict[str, dict[str, str]]) -> Path:
 
     cfg = configparser.ConfigParser(interpolation=None)
     cfg.read(ROOT / "ansible.cfg")
-    for key in ("inventory", "roles_path", "action_plugins", "callback_plugins", "filter_plugins"):
+    for key in ("inventory", "roles_path", "action_plugins", "library", "callback_plugins", "filter_plugins"):
         if cfg.has_option("defaults", key):
             cfg.set("defaults", key, ":".join(str(ROOT / p) for p in cfg.get("defaults", key).split(":")))
     for section, values in over.items():

@@ -19,6 +19,7 @@ from ansible.template import Templar, trust_as_template
 # reads as "Unexpected Exception, this is probably a bug" with a traceback; this says what to do
 try:
     import rolloutreport
+    from rolloutreport import fleet_lock
 except ImportError as exc:  # ansible-playbook from outside the bundle's virtualenv
     raise AnsibleError(
         f"ansible-playbook runs on a Python without the bundle's packages ({exc}): activate the bundle's "
@@ -80,6 +81,7 @@ class ActionModule(ActionBase):
         summary = rolloutreport.summarize(
             records, args["hosts"], run_dir.name, args["finished"], args["canaries"], state, args["waves"]
         )
+        summary["lock_events"] = fleet_lock.read_log(run_dir)  # whose rollout lock this run took over or broke
         if args["finished"]:  # the image in flight has landed when every host moved
             check_mode = bool(task_vars.get("ansible_check_mode", False))
             state = rolloutreport.finish_run(state_file, summary, check_mode) or state

@@ -1,16 +1,20 @@
-"""A lock the fleet sees: a rollout holds each host it works on (`<state dir>/rollout-host.lock`), and
-a second rollout that reaches a held host stops there before changing anything, naming the holder.
+"""One rollout per fleet, whoever starts it: the lock is on the hosts (`<state dir>/rollout.lock`),
+taken on every host of the run in preflight, before any host changes, and released at the run's end.
 
-Real `ansible-playbook deploy.yml` on a one-host inventory (local connection), narrowed with
-`--tags gpu_host` and `sglang_gpu_host_prepare: false` so that only the run's own bookkeeping and the
-lock run: what is asserted is the lock, not the deploy (test_roles_local_rollout.py has that).
+Real `ansible-playbook deploy.yml` from two "controllers" that share nothing but the hosts: two
+inventories (their own paths, reports folders and host names) whose hosts are the same three
+local-connection hosts, i.e. the same three `sglang_server_state_dir` folders. Narrowed with
+`--tags gpu_host` and `sglang_gpu_host_prepare: false`, so that only the run's own bookkeeping and
+the lock run: what is asserted is the lock, not the deploy (test_roles_local_rollout.py has that).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,66 +25,212 @@ from testengine.local_fleet import write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]
 
+HOSTS = 3
 
-def _inventory(tmp: Path) -> Path:
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+
+def _controller(tmp: Path, name: str, reverse: bool = False) -> Path:
+    """One controller's inventory: hosts <name>1..3 on the shared state folders, its own reports.
+    ``reverse``: <name>1 is the third host's folder (a run with one fork takes its locks in the
+    opposite order of the other controller's, so two runs started at once meet in the middle)."""
+    hosts = {
+        f"{name}{i}": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "sglang_server_state_dir": str(tmp / f"host{HOSTS + 1 - i if reverse else i}"),
+        }
+        for i in range(1, HOSTS + 1)
+    }
     return write_inventory(
-        tmp / "inventory",
-        {"lk-h1": host},
+        tmp / name / "inventory",
+        hosts,
         [1],
         sglang_gpu_host_prepare=False,
-        sglang_reports_dir=str(tmp / "reports"),
-        sglang_server_state_dir=str(tmp / "state"),
+        sglang_reports_dir=str(tmp / name / "reports"),
     )
 
 
+def _start(inv: Path, run_id: str, *extra: str) -> tuple[subprocess.Popen[str], Path]:
+    """Start a deploy; its output goes to a file (a pipe nobody reads would stall it once full, and
+    a stalled run would no longer race)."""
+    log = inv.parent / f"{run_id}.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "--tags", "gpu_host",
+             "-e", f"sglang_run_id={run_id}", *extra],
+            cwd=REPO, env=ansible_env(), stdout=fh, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    return proc, log
+
+
+def _finish(started: tuple[subprocess.Popen[str], Path]) -> tuple[int, str]:
+    proc, log = started
+    proc.wait(timeout=600)
+    return proc.returncode, " ".join(log.read_text().split())
+
+
 def _deploy(inv: Path, run_id: str, *extra: str) -> tuple[int, str]:
-    p = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "--tags", "gpu_host",
-         "-e", f"sglang_run_id={run_id}", *extra],
-        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    return p.returncode, " ".join((p.stdout + p.stderr).split())
+    return _finish(_start(inv, run_id, *extra))
 
 
-def _hold(lock: Path, **holder: object) -> str:
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"run_id": "20261205T0100Z", "user": "alice", "controller": "ops-2", "pid": 4242,
-                       "started": "2026-12-05T01:00:00+00:00", "epoch": int(time.time()) - 60, **holder})  # fmt: skip
-    lock.write_text(text)
+def _locks(tmp: Path) -> dict[int, dict[str, object]]:
+    """host number -> the rollout lock on it (only the hosts that have one)."""
+    out = {}
+    for i in range(1, HOSTS + 1):
+        path = tmp / f"host{i}" / "rollout.lock"
+        if path.exists():
+            out[i] = json.loads(path.read_text())
+    return out
+
+
+def _hold(tmp: Path, host: int, heartbeat_age_s: float, run_id: str = "20261205T0100Z") -> str:
+    """Another controller's lock on host ``host``, its heartbeat ``heartbeat_age_s`` old."""
+    folder = tmp / f"host{host}"
+    folder.mkdir(parents=True, exist_ok=True)
+    beat = time.time() - heartbeat_age_s
+    text = json.dumps({"run_id": run_id, "token": "0therrun", "user": "alice", "controller": "ops-2",
+                       "started": "2026-12-05T01:00:00Z", "started_epoch": beat - 60, "heartbeat": beat,
+                       "heartbeat_at": "2026-12-05T01:01:00Z", "taken": "2026-12-05T01:00:00Z"})  # fmt: skip
+    (folder / "rollout.lock").write_text(text)
     return text
 
 
-def test_a_held_host_is_left_alone_and_a_stale_lock_is_taken_over(tmp_path):
-    inv = _inventory(tmp_path)
-    lock = tmp_path / "state" / "rollout-host.lock"
-    held = _hold(lock)
-    rc, out = _deploy(inv, "second")
+def _records(inv: Path, run_id: str) -> list[str]:
+    folder = inv.parent / "reports" / run_id / "hosts"
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def test_two_controllers_started_at_once_exactly_one_rolls(tmp_path):
+    """Three races: two with all forks (each run asks its three hosts at once), one with one fork and
+    the hosts in opposite orders, where the runs are likeliest to split the hosts (then the younger
+    releases what it took and the older waits for it)."""
+    a, b = _controller(tmp_path, "a"), _controller(tmp_path, "b", reverse=True)
+    for race, forks in enumerate(("50", "50", "1")):
+        ids = {"a": f"race{race}-a", "b": f"race{race}-b"}
+        procs = {"a": _start(a, ids["a"], "--forks", forks), "b": _start(b, ids["b"], "--forks", forks)}
+        done = {name: _finish(proc) for name, proc in procs.items()}
+        winners = [name for name, (rc, _) in done.items() if rc == 0]
+        assert len(winners) == 1, {name: out[-2500:] for name, (_, out) in done.items()}
+        win, lose = winners[0], "b" if winners[0] == "a" else "a"
+        inv = {"a": a, "b": b}
+        out = done[lose][1]
+        # the loser stopped in preflight, naming the holder, and changed nothing: no host record, no lock
+        assert f"another rollout holds hosts of this run: run {ids[win]} (" in out, out[-3000:]
+        assert f"Run {ids[lose]} changed nothing and" in out
+        assert _records(inv[lose], ids[lose]) == []
+        assert _records(inv[win], ids[win]) == [f"{win}{i}" for i in range(1, HOSTS + 1)]
+        print(f"race {race} (forks {forks}): {ids[win]} won;", out[out.index(f"Run {ids[lose]} changed") :][:90])
+        # after the winner's normal end, no lock is left on any host
+        assert _locks(tmp_path) == {}
+
+
+def test_held_stale_check_and_break(tmp_path):
+    a = _controller(tmp_path, "a")
+    held = _hold(tmp_path, 2, heartbeat_age_s=30)
+    # a fresh lock of another run: refused, named, left as it was; nothing changed, nothing held
+    rc, out = _deploy(a, "second")
     assert rc != 0
     assert (
-        "lk-h1 is held by rollout run 20261205T0100Z (alice@ops-2, ansible-playbook pid 4242, since "
-        "2026-12-05T01:00:00+00:00); nothing was changed on it." in out
+        "another rollout holds hosts of this run: run 20261205T0100Z (alice@ops-2, started 2026-12-05T01:00:00Z, "
+        "heartbeat " in out
     ), out[-3000:]
-    assert lock.read_text() == held  # not taken, not released
-    record = json.loads((tmp_path / "reports" / "second" / "hosts" / "lk-h1.json").read_text())
-    assert record["outcome"] == "failed" and "is held by rollout run 20261205T0100Z" in record["failure"]
-    # --check stops the same way and takes nothing
-    rc, out = _deploy(inv, "check", "--check")
-    assert rc != 0 and "is held by rollout run 20261205T0100Z" in out and lock.read_text() == held
-    # older than sglang_rollout_host_lock_stale_s: taken over, then released when the host is done
-    _hold(lock, epoch=int(time.time()) - 7200)
-    rc, out = _deploy(inv, "third", "-e", "sglang_rollout_host_lock_stale_s=3600")
+    assert "s ago) holds a2. Run second changed nothing and releases the 2 host locks it took (a1, a3)." in out
+    assert (tmp_path / "host2" / "rollout.lock").read_text() == held
+    assert list(_locks(tmp_path)) == [2] and _records(a, "second") == []
+    # --check says the same and takes none
+    rc, out = _deploy(a, "check", "--check")
+    assert (
+        rc != 0
+        and "check mode: a real run would stop here, another rollout holds hosts of this run: run 20261205T0100Z" in out
+    )
+    assert list(_locks(tmp_path)) == [2] and (tmp_path / "host2" / "rollout.lock").read_text() == held
+    # preflight.yml alone (no rollout after it) reads the locks like --check and leaves none behind
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(a), "playbooks/preflight.yml", "-e", "sglang_run_id=alone"],
+        cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "check mode: a real run would stop here" in proc.stdout, proc.stdout[-3000:]
+    assert list(_locks(tmp_path)) == [2] and (tmp_path / "host2" / "rollout.lock").read_text() == held
+    # break it: logged as who broke whose lock, in the output and the run's folder; released at the end
+    rc, out = _deploy(a, "breaker", "-e", "sglang_rollout_break_lock=20261205T0100Z")
     assert rc == 0, out[-3000:]
-    assert not lock.exists()
+    assert "run breaker breaks the lock of run 20261205T0100Z (alice@ops-2, started 2026-12-05T01:00:00Z" in out
+    log = json.loads((a.parent / "reports" / "breaker" / "fleet-lock.json").read_text())
+    assert [(e["host"], e["what"], e["previous"]["run_id"], e["run_id"]) for e in log["events"]] == [
+        ("a2", "broke", "20261205T0100Z", "breaker")
+    ]
+    summary = (a.parent / "reports" / "breaker" / "rollout-summary.md").read_text()
+    assert "(run breaker) broke the lock of run 20261205T0100Z (alice@ops-2, started 2026-12-05T01:00:00Z" in summary
+    assert _locks(tmp_path) == {}
+    # a heartbeat older than sglang_rollout_host_lock_stale_s: --check says it would take it over and
+    # takes none; the real run takes it over, says so, and releases it at the end
+    stale = _hold(tmp_path, 3, heartbeat_age_s=7200)
+    rc, out = _deploy(a, "dry", "--check", "-e", "sglang_rollout_host_lock_stale_s=3600")
+    assert rc == 0, out[-3000:]
+    assert (
+        "run dry would take over the stale lock of run 20261205T0100Z" in out
+        and "on a3 (heartbeat older than 3600 s)" in out
+    )
+    assert (tmp_path / "host3" / "rollout.lock").read_text() == stale and list(_locks(tmp_path)) == [3]
+    rc, out = _deploy(a, "third", "-e", "sglang_rollout_host_lock_stale_s=3600")
+    assert rc == 0, out[-3000:]
+    assert "run third takes over the stale lock of run 20261205T0100Z" in out
+    assert _locks(tmp_path) == {}
 
 
-def test_a_lock_left_by_a_dead_run_of_this_controller_is_taken_over(tmp_path):
-    inv = _inventory(tmp_path)
-    lock = tmp_path / "state" / "rollout-host.lock"
-    me = subprocess.run(["hostname"], capture_output=True, text=True, check=True).stdout.strip()
-    _hold(lock, controller=me, pid=2**22 + 1)  # no such process
-    rc, out = _deploy(inv, "next")
+def test_a_run_stopped_by_a_failed_host_lets_go_of_every_host_it_holds(tmp_path):
+    """Host 3's lock is broken by another run while this run works on host 1 (the canary): host 3
+    fails at its turn with nothing changed, that batch stops the run, and the run releases its lock
+    on hosts 1 and 2 before it stops; the other run's lock on host 3 is not this run's to remove."""
+    a = _controller(tmp_path, "a")
+    lock3 = tmp_path / "host3" / "rollout.lock"
+    broken: list[str] = []
+
+    def break_host3() -> None:  # as another operator's -e sglang_rollout_break_lock=stopped would
+        for _ in range(6000):
+            try:
+                lock = json.loads(lock3.read_text())
+            except FileNotFoundError:
+                lock = {}
+            if lock.get("run_id") == "stopped" and lock.get("phase") == "holding":  # preflight is done
+                broken.append(_hold(tmp_path, 3, heartbeat_age_s=0, run_id="other-run"))
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=break_host3)
+    watcher.start()
+    rc, out = _deploy(a, "stopped")
+    watcher.join()
+    assert broken, out[-3000:]
+    assert rc != 0
+    assert "this host's rollout lock (" in out and "is no longer run stopped's: run other-run (alice@ops-2" in out
+    assert _locks(tmp_path) == {3: json.loads(broken[0])}  # hosts 1 and 2 released, host 3 left to its holder
+    record = json.loads((a.parent / "reports" / "stopped" / "hosts" / "a3.json").read_text())
+    assert record["outcome"] == "failed" and "is no longer run stopped's" in record["failure"]
+
+
+def test_the_run_keeps_every_hosts_heartbeat_fresh(tmp_path):
+    """Host 1 (the canary) is worked on first; its lock is refreshed later too, at the batches' start
+    (every host, once a quarter of sglang_rollout_host_lock_stale_s has passed: 1 s here). Without
+    that refresh its lock would show three heartbeats: the take, the 'holding' mark, its own turn."""
+    a = _controller(tmp_path, "a")
+    lock1 = tmp_path / "host1" / "rollout.lock"
+    beats: set[float] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+                beats.add(float(json.loads(lock1.read_text())["heartbeat"]))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        rc, out = _deploy(a, "beats", "-e", "sglang_rollout_host_lock_stale_s=4")
+    finally:
+        done.set()
+        watcher.join()
     assert rc == 0, out[-3000:]
-    assert not lock.exists()
-    rc, out = _deploy(inv, "dry", "--check")  # no lock: --check passes and takes none
-    assert rc == 0 and not lock.exists()
+    assert "TASK [Fleet lock on every host of the run: heartbeat]" in out
+    assert len(beats) >= 4, sorted(beats)
+    assert _locks(tmp_path) == {}

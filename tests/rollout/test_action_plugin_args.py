@@ -48,10 +48,13 @@ def _play(tmp_path: Path, task: str, *extra: str) -> subprocess.CompletedProcess
         ("rollout_summary: {dir: REPORTS}", "missing required arguments: hosts"),
         ("rollout_summary: {dir: REPORTS, hosts: [a], colour: red}", "Unsupported parameters for (rollout_summary)"),
         (
-            "rollout_lock: {path: REPORTS/x.lock, state: held}",
-            "value of state must be one of: present, absent, got: held",
+            "rollout_fleet_lock_judge: {results: {}, run_id: r1, run_dir: REPORTS}",
+            "missing required arguments: stale_s",
         ),
-        ("rollout_lock: {path: relative.lock}", "rollout_lock: path must be an absolute path (got 'relative.lock')"),
+        (
+            "rollout_fleet_lock_judge: {results: {}, run_id: r1, run_dir: REPORTS, stale_s: soon}",
+            "argument 'stale_s' is of type",
+        ),
     ],
 )
 def test_wrong_arguments_fail_before_anything_is_written(tmp_path, task, expected):
