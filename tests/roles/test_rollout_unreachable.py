@@ -114,6 +114,9 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         assert refused.returncode != 0, said[-3000:]
         assert "u-h2 is pending repair from an earlier run and outside this run's --limit: nothing was changed" in said
         assert "PLAY [Canaries" not in said and not (tmp_path / "reports" / "20261203T103500Z" / "hosts").exists()
+        # it took u-h1's fleet lock before it read the fleet state, and let go of it when it stopped
+        assert "(this run let go of its rollout locks)" in said
+        assert not (tmp_path / "state" / "u-h1" / "rollout.lock").exists()
         # ... unless the operator says so on purpose
         fix = deploy(reachable, "20261203T104000Z", "--limit", "u-h1",
                      "-e", "sglang_rollout_ignore_pending_outside_limit=true")  # fmt: skip
