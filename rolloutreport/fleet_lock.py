@@ -79,7 +79,7 @@ def judge(
         }
     why_of = {
         "broke": "sglang_rollout_break_lock",
-        "reclaimed": "that run lost the host: this controller's fleet state",
+        "reclaimed": "that run lost a host and stopped: this controller's fleet state",
     }
     for what in ("took_over", "broke", "reclaimed"):
         for text in sorted({e["text"] for e in verdict.events if e["what"] == what}):

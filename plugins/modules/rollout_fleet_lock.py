@@ -48,7 +48,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,9 +72,13 @@ options:
   break_run_id: {description: take over the lock of this run id whatever its heartbeat, type: str, default: ""}
   phase: {description: with state heartbeat, "holding" once the run holds every host, type: str, default: ""}
   lost_by:
-    description: the run this controller's fleet state says lost this host (it gave the host up); its lock is taken back
-    type: str
-    default: ""
+    description: >-
+      the runs this controller's fleet state says lost a host (recorded it unreachable): such a run stopped
+      there and releases no lock any more (a batch lost whole ends the playbook at once), so its locks are
+      taken back, on every host
+    type: list
+    elements: str
+    default: []
 """
 
 LOCK_NAME = "rollout.lock"
@@ -113,7 +117,7 @@ def decide(
     now: float,
     stale_s: int,
     break_run_id: str,
-    lost_by: str = "",
+    lost_by: Sequence[str] = (),
 ) -> Decision:
     """Judge the lock found on the host for this run (pure: the unit tests call it)."""
     if current is None:
@@ -122,7 +126,7 @@ def decide(
         return Decision("ours")
     if break_run_id and current.get("run_id") == break_run_id:
         return Decision("broke", current)
-    if lost_by and current.get("run_id") == lost_by:
+    if current.get("run_id") in lost_by:
         return Decision("reclaimed", current)
     if age_s(current, now) > stale_s:
         return Decision("took_over", current)
@@ -195,7 +199,13 @@ def new_lock(owner: dict[str, Any], now: float, previous: dict[str, Any] | None,
 
 
 def take(
-    folder: str, owner: dict[str, Any], stale_s: int, wait_s: int, break_run_id: str, check: bool, lost_by: str = ""
+    folder: str,
+    owner: dict[str, Any],
+    stale_s: int,
+    wait_s: int,
+    break_run_id: str,
+    check: bool,
+    lost_by: Sequence[str] = (),
 ) -> Decision:
     """``state: present``; waits up to ``wait_s`` while a younger run holds the lock (see the docstring)."""
     path = os.path.join(folder, LOCK_NAME)
@@ -272,7 +282,7 @@ def main() -> None:
             "wait_s": {"type": "int", "default": 0},
             "break_run_id": {"type": "str", "default": ""},
             "phase": {"type": "str", "default": "", "choices": ["", "holding"]},
-            "lost_by": {"type": "str", "default": ""},
+            "lost_by": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

@@ -72,17 +72,20 @@ def test_break_takes_the_named_runs_lock_only(tmp_path):
 
 
 def test_the_lock_of_the_run_that_lost_the_host_is_taken_back(tmp_path):
-    """The controller's fleet state names the run that recorded this host unreachable: that run
-    gave the host up, so its lock is taken back at once; another run's fresh lock is not."""
+    """The controller's fleet state names the runs that recorded a host unreachable: such a run
+    stopped there and releases nothing more, so its lock is taken back at once on any host (a batch
+    lost whole leaves it on the others too); another run's fresh lock is not, nor a run whose id
+    only contains a lost run's."""
     lockmod.take(str(tmp_path), OLD, 600, 0, "", False)
-    assert lockmod.take(str(tmp_path), YOUNG, 600, 0, "", False, lost_by="r-other").outcome == "held"
-    back = lockmod.take(str(tmp_path), YOUNG, 600, 0, "", False, lost_by="r-old")
+    assert lockmod.take(str(tmp_path), YOUNG, 600, 0, "", False, lost_by=["r-other", "r-ol"]).outcome == "held"
+    back = lockmod.take(str(tmp_path), YOUNG, 600, 0, "", False, lost_by=["r-other", "r-old"])
     assert back.outcome == "reclaimed" and _lock(tmp_path)["reclaimed"]["run_id"] == "r-old"
     v = fleet_lock.judge(
         {"h1": _res("reclaimed", holder={"run_id": "r-old"}, holder_text="run r-old (x)")}, "r2", 600, False
     )
     assert v.won and v.warnings == [
-        "run r2 takes back the lock left by run r-old (x) on h1 (that run lost the host: this controller's fleet state)"
+        "run r2 takes back the lock left by run r-old (x) on h1"
+        " (that run lost a host and stopped: this controller's fleet state)"
     ]
 
 
