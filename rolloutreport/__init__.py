@@ -27,6 +27,7 @@ from .records import (
 from .state import (
     drained_hosts,
     finish_run,
+    lost_runs,
     merge_record,
     out_of_rotation,
     pending_hosts,
@@ -45,6 +46,7 @@ __all__ = [
     "finish_run",
     "in_progress",
     "lost",
+    "lost_runs",
     "mark_lost",
     "merge_record",
     "metrics_path",

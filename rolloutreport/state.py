@@ -173,6 +173,19 @@ def pending_hosts(state: Mapping[str, Any]) -> list[str]:
     return sorted(h for h, s in state.get("hosts", {}).items() if s.get("pending_repair"))
 
 
+def lost_runs(state: Mapping[str, Any]) -> list[str]:
+    """The runs that lost a host (the last record of some host is theirs and says unreachable), in the
+    order the file lists those hosts. Such a run stopped there and can release no lock any more (a
+    batch lost whole ends the playbook at once): the next run takes its locks back on every host
+    (plugins/modules/rollout_fleet_lock.py)."""
+    out: list[str] = []
+    for entry in state.get("hosts", {}).values():
+        run_id = str(entry.get("run_id", ""))
+        if entry.get("outcome") == "unreachable" and run_id and run_id not in out:
+            out.append(run_id)
+    return out
+
+
 def drained_hosts(state: Mapping[str, Any]) -> dict[str, str]:
     return {h: s.get("drained_why", "") for h, s in sorted(state.get("hosts", {}).items()) if s.get("drained")}
 

@@ -21,7 +21,8 @@ except ImportError as exc:  # ansible-playbook from outside the bundle's virtual
 def rollout_state_view(path: Any) -> dict[str, Any]:
     """``pending``: hosts whose last real record is unreachable or still in progress;
     ``left_drained``: hosts out of rotation since an earlier run, with why; ``image_in_flight``:
-    the image (tag, ID, digest, run) a run that did not finish was deploying, else {}."""
+    the image (tag, ID, digest, run) a run that did not finish was deploying, else {}; ``lost_by``:
+    the runs that lost a host (whose locks the next run takes back)."""
     try:
         state = rolloutreport.read_state(Path(str(path)))
     except ValueError as exc:  # damaged: never read as "nothing pending"
@@ -30,6 +31,7 @@ def rollout_state_view(path: Any) -> dict[str, Any]:
         "pending": rolloutreport.pending_hosts(state),
         "left_drained": rolloutreport.drained_hosts(state),
         "image_in_flight": dict(state.get("image_in_flight") or {}),
+        "lost_by": rolloutreport.lost_runs(state),
     }
 
 

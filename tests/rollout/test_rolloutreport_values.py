@@ -208,6 +208,12 @@ def test_the_state_file_whole_after_a_run_of_three_hosts(tmp_path: Path):
     assert list(listed.items()) == [("a", "x"), ("b", "")]
     assert rr.pending_hosts({"hosts": {"z": {"pending_repair": True}, "a": {"pending_repair": True}}}) == ["a", "z"]
     assert rr.drained_hosts({}) == {} and rr.pending_hosts({}) == []
+    # the runs that lost a host: each once, in the file's order; an "in progress" host (a controller
+    # that died) or a failed one names no run, nor does an entry without a run id
+    lost = {"hosts": {"a": {"outcome": "unreachable", "run_id": "r2"}, "b": {"outcome": "failed", "run_id": "r1"},
+                      "c": {"outcome": "unreachable", "run_id": "r1"}, "d": {"outcome": "unreachable", "run_id": "r2"},
+                      "e": {"outcome": "in progress", "run_id": "r3"}, "f": {"outcome": "unreachable"}}}  # fmt: skip
+    assert rr.lost_runs(lost) == ["r2", "r1"] and rr.lost_runs({}) == []
     # a record without an image ID (lost before its image stage) leaves the flight alone
     rr.merge_record(path, rr.lost("h4", "run-1", False, {"sglang_rollout_stage": "gpu_host"}).to_dict())
     assert rr.read_state(path)["image_in_flight"]["image_id"] == "sha256:b"
