@@ -85,41 +85,50 @@ run_pytest() {
   pytest_or_fail -n 2 --dist loadfile -m "docker and not gpu_image" --durations=8 "${longest[@]}" "${suites[@]}"
 }
 
-# Scenarios that run in the background beside another (each on its own network and names):
-# `hosts` (apt on two fresh hosts, mostly waiting on the mirror; no server containers) beside
-# `default`, and `upgrade` (one host) beside `fleet`; a fleet rollout mostly waits on Ansible's
-# SSH round trips, which leaves a core free. Their logs: build/molecule/<scenario>.log.
+# The molecule scenarios run in three lanes at once, each on its own docker network and names:
+# `fleet` (three hosts behind HAProxy, the longest) in the foreground; `default` then `upgrade` one
+# after the other in a background lane; `hosts` (apt on two fresh hosts, mostly waiting on the mirror;
+# no server containers) in another. A rollout mostly waits on Ansible's SSH round trips and its gates,
+# which leaves a core free. Each lane's log, with its scenarios' start times: build/molecule/<lane>.log.
 declare -A bg_pids=()
-molecule_bg() {
-  banner "molecule test -s $1 (in the background; log: build/molecule/$1.log)"
-  molecule test -s "$1" > "build/molecule/$1.log" 2>&1 &
-  bg_pids[$1]=$!
+molecule_bg() {  # lane name, then its scenarios, one after the other
+  local lane=$1
+  shift
+  banner "molecule lane $lane: $* (in the background; log: build/molecule/$lane.log)"
+  (
+    for scenario in "$@"; do
+      printf '\n==== molecule test -s %s (t=%ss)\n' "$scenario" "$((SECONDS - t0))"
+      molecule test -s "$scenario" || { echo "molecule test -s $scenario failed" >&2; exit 1; }
+      printf '\n==== molecule test -s %s passed (t=%ss)\n' "$scenario" "$((SECONDS - t0))"
+    done
+  ) > "build/molecule/$lane.log" 2>&1 &
+  bg_pids[$lane]=$!
   trap 'kill "${bg_pids[@]}" 2>/dev/null || true' EXIT
 }
 molecule_wait() {
-  banner "molecule: waiting for $1"
+  banner "molecule: waiting for lane $1"
   if ! wait "${bg_pids[$1]}"; then
     cat "build/molecule/$1.log"
-    echo "molecule test -s $1 failed (log above)" >&2
+    echo "molecule lane $1 failed (log above)" >&2
     exit 1
   fi
   unset "bg_pids[$1]"
+  grep '^==== ' "build/molecule/$1.log"
   tail -n 30 "build/molecule/$1.log"
-  banner "molecule test -s $1 passed"
+  banner "molecule lane $1 passed"
 }
 
 run_molecule() {
   wait_instance_build
   mkdir -p build/molecule
   local lanes=(hosts default upgrade fleet) scenario
-  molecule_bg hosts
-  banner "molecule test -s default"
-  molecule test -s default
-  molecule_bg upgrade
+  molecule_bg hosts hosts
+  molecule_bg default-upgrade default upgrade
   banner "molecule test -s fleet"
   molecule test -s fleet
+  banner "molecule test -s fleet passed"
   molecule_wait hosts
-  molecule_wait upgrade
+  molecule_wait default-upgrade
   trap - EXIT
   # a scenario added later runs here, alone, until it is given a lane above
   for config in molecule/*/molecule.yml; do

@@ -23,6 +23,14 @@ def gate_config(**over: Any) -> dict[str, Any]:
     return {**yaml.safe_load((REPO / "validate/configs/test-engine.yml").read_text()), **over}
 
 
+def short_gate_config(**over: Any) -> dict[str, Any]:
+    """gate_config() measured once per phase (testengine/short-gate.yml, merged section by section), then
+    top-level sections replaced by ``over``: for tests of the rollout's mechanics, not of the gate."""
+    base = gate_config()
+    short = {k: {**base[k], **v} for k, v in yaml.safe_load((REPO / "testengine/short-gate.yml").read_text()).items()}
+    return {**base, **short, **over}
+
+
 def write_inventory(
     directory: Path, hosts: dict[str, dict[str, Any]], serial: list[int | str], **group_vars: Any
 ) -> Path:

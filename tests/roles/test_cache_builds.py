@@ -20,7 +20,7 @@ import sys
 import pytest
 from roles_testlib import deploy, docker_json, docker_ok, remove_test_fleet
 
-from testengine.local_fleet import write_inventory
+from testengine.local_fleet import short_gate_config, write_inventory
 
 RELEASE_B = "local/sglang-test-engine:release-b"
 RELEASE_C = "local/sglang-test-engine:release-c"
@@ -52,7 +52,7 @@ def inventory(tmp_path_factory: pytest.TempPathFactory):
         "sglang_server_ready_timeout_cold_s": 240,
     }
     inv = write_inventory(tmp / "inventory", {HOST: host}, [1], sglang_reports_dir=str(tmp / "reports"),
-                          sglang_image_source="local")  # fmt: skip
+                          sglang_image_source="local", sglang_gate_config=short_gate_config())  # fmt: skip
     remove_test_fleet([HOST], PREFIX)
     yield inv, tmp
     remove_test_fleet([HOST], PREFIX)

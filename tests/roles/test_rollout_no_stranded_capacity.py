@@ -44,7 +44,7 @@ import pytest
 from roles_testlib import deploy, docker_json, docker_ok, recorded_nvidia_smi, remove_test_fleet
 
 from testengine.harness import free_port
-from testengine.local_fleet import gate_config, write_inventory
+from testengine.local_fleet import short_gate_config, write_inventory
 
 RELEASE_A = "local/sglang-test-engine:release-a"
 RELEASE_B = "local/sglang-test-engine:release-b"
@@ -139,7 +139,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     }
     inv = write_inventory(
         tmp / "inventory", hosts, [1],
-        sglang_reports_dir=str(tmp / "reports"), sglang_gate_config=gate_config(baseline={"tolerance": 0.5}),
+        sglang_reports_dir=str(tmp / "reports"), sglang_gate_config=short_gate_config(baseline={"tolerance": 0.5}),
         sglang_server_drain_command=hook, sglang_server_undrain_command=hook, sglang_server_drain_wait_s=0,
         sglang_metrics_textfile_dir=str(tmp / "textfile"),
     )  # fmt: skip

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from roles_testlib import deploy, docker_ok, remove_test_fleet
 
-from testengine.local_fleet import gate_config, write_inventory
+from testengine.local_fleet import short_gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]  # fmt: skip
@@ -65,7 +65,7 @@ def _inventory(
         hosts,
         serial or [2],
         sglang_reports_dir=str(tmp / "reports"),
-        sglang_gate_config=gate_config(baseline={"tolerance": 0.5}),
+        sglang_gate_config=short_gate_config(baseline={"tolerance": 0.5}),
     )
     return inv
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from roles_testlib import deploy, docker_ok, remove_test_fleet
 
-from testengine.local_fleet import gate_config, write_inventory
+from testengine.local_fleet import short_gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]  # fmt: skip
@@ -142,7 +142,7 @@ def test_the_inventorys_rollback_false_is_not_overridden(tmp_path):
             # the server answers, but every answer is NaN-garbage: its gate fails
             "sglang_test_engine_env": {"TEST_ENGINE_FAULT": "nan", "TEST_ENGINE_COLD_START_S": "1"},
         }
-        gate = gate_config(baseline={"tolerance": 0.5})
+        gate = short_gate_config(baseline={"tolerance": 0.5})
         reports = str(tmp_path / "reports")
         write_inventory(
             inv, {name: host}, [1], sglang_reports_dir=reports, sglang_gate_config=gate, sglang_rollout_rollback=False
