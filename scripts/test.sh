@@ -88,17 +88,23 @@ run_pytest() {
 # The molecule scenarios run in three lanes at once, each on its own docker network and names:
 # `fleet` (three hosts behind HAProxy, the longest) in the foreground; `default` then `upgrade` one
 # after the other in a background lane; `hosts` (apt on two fresh hosts, mostly waiting on the mirror;
-# no server containers) in another. A rollout mostly waits on Ansible's SSH round trips and its gates,
-# which leaves a core free. Each lane's log, with its scenarios' start times: build/molecule/<lane>.log.
+# no server containers) in another. Side by side they finish in the fleet's time: a rollout waits on
+# SSH round trips, server starts and gates, and the apt lane on the mirror. Each lane's log, with its
+# scenarios' start and end times: build/molecule/<lane>.log. A lane stopped (the EXIT trap, when the
+# foreground fails) stops the molecule run it is waiting on, so nothing keeps creating instances.
 declare -A bg_pids=()
 molecule_bg() {  # lane name, then its scenarios, one after the other
   local lane=$1
   shift
   banner "molecule lane $lane: $* (in the background; log: build/molecule/$lane.log)"
   (
+    child=""
+    trap 'kill "$child" 2>/dev/null; exit 143' TERM
     for scenario in "$@"; do
       printf '\n==== molecule test -s %s (t=%ss)\n' "$scenario" "$((SECONDS - t0))"
-      molecule test -s "$scenario" || { echo "molecule test -s $scenario failed" >&2; exit 1; }
+      molecule test -s "$scenario" &
+      child=$!
+      wait "$child" || { echo "molecule test -s $scenario failed" >&2; exit 1; }
       printf '\n==== molecule test -s %s passed (t=%ss)\n' "$scenario" "$((SECONDS - t0))"
     done
   ) > "build/molecule/$lane.log" 2>&1 &

@@ -1,4 +1,4 @@
-"""Preflight's view of the fleet state file (rolloutreport/state.py), read once per run: who an
+"""Preflight's view of the fleet state file (rolloutreport/state.py): who an
 earlier run left half-done (finished first by this run's repair play), who it left out of the load
 balancer, and the image that run was moving the fleet to (the repair play deploys that one)."""
 
@@ -25,7 +25,7 @@ def rollout_state_view(path: Any) -> dict[str, Any]:
     the runs that lost a host (whose locks the next run takes back)."""
     try:
         state = rolloutreport.read_state(Path(str(path)))
-    except ValueError as exc:  # damaged: never read as "nothing pending"
+    except (OSError, ValueError) as exc:  # damaged or unreadable: never read as "nothing pending"
         raise AnsibleFilterError(f"{exc} (sglang_rollout_state_file)") from exc
     return {
         "pending": rolloutreport.pending_hosts(state),

@@ -52,7 +52,8 @@ def inventory(tmp_path_factory: pytest.TempPathFactory):
         "sglang_server_ready_timeout_cold_s": 240,
     }
     inv = write_inventory(tmp / "inventory", {HOST: host}, [1], sglang_reports_dir=str(tmp / "reports"),
-                          sglang_image_source="local", sglang_gate_config=short_gate_config())  # fmt: skip
+                          sglang_image_source="local",
+                          sglang_gate_config=short_gate_config(baseline={"tolerance": 0.5}))  # fmt: skip
     remove_test_fleet([HOST], PREFIX)
     yield inv, tmp
     remove_test_fleet([HOST], PREFIX)

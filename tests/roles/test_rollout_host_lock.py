@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
 
-from testengine.local_fleet import short_gate_config, write_inventory
+from testengine.local_fleet import write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]
 
@@ -46,7 +46,6 @@ def _controller(tmp: Path, name: str, reverse: bool = False) -> Path:
         [1],
         sglang_gpu_host_prepare=False,
         sglang_reports_dir=str(tmp / name / "reports"),
-        sglang_gate_config=short_gate_config(),
     )
 
 
