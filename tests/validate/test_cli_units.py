@@ -216,7 +216,9 @@ def test_main_turns_every_error_into_an_exit_code_and_one_line(tmp_path, capsys,
     assert capsys.readouterr().err == "gate: interrupted\n"
     key = tmp_path / "key"
     key.write_text("s3cret\n")
-    monkeypatch.delenv("SGLANG_API_KEY", raising=False)
+    # set through monkeypatch, so the key --api-key-file puts there is taken away after this test (a
+    # delenv of an unset variable records nothing to restore, and the key leaked into later tests)
+    monkeypatch.setenv("SGLANG_API_KEY", "")
     monkeypatch.setattr(cli, "cmd_wait", lambda args: 0)
     assert cli.main(["wait", "--url", DEAD, "--api-key-file", str(key)]) == 0
     import os
