@@ -68,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_run:
         shutil.rmtree(REPO / "mutants", ignore_errors=True)
         patterns = [f"{args.package}.{m}.*" for m in modules] or [f"{args.package}.*"]
-        subprocess.run(
-            [str(MUTMUT), "run", "--max-children", str(args.jobs), *patterns],
-            cwd=REPO,
-            check=False,
-            stdout=subprocess.DEVNULL,
-        )
+        # one mutmut run per pattern: mutmut 3 given several patterns at once collected the tests
+        # and ran no mutant (every one "untested"); a run stopped part-way goes on where it left off
+        for pattern in patterns:
+            subprocess.run(
+                [str(MUTMUT), "run", "--max-children", str(args.jobs), pattern],
+                cwd=REPO,
+                check=False,
+                stdout=subprocess.DEVNULL,
+            )
     per = {k: v for k, v in results().items() if k.split(".", 1)[0] == args.package}
     if modules:
         per = {k: v for k, v in per.items() if k.split(".", 1)[1] in modules}
