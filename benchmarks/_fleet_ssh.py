@@ -174,8 +174,7 @@ def write_inventory(
 def _gate_config(light: bool) -> dict[str, Any]:
     if not light:
         return local_fleet.gate_config(baseline={"tolerance": 0.5})
-    base = local_fleet.gate_config()
-    return {**base, **{k: ({**base.get(k, {}), **v} if isinstance(v, dict) else v) for k, v in LIGHT_GATE.items()}}
+    return local_fleet.overlay_sections(local_fleet.gate_config(), LIGHT_GATE)
 
 
 def _pss_kib(pid: int) -> int:
