@@ -1,0 +1,1 @@
+"""Gate flow tests (unit level, for mutation testing): filled in below."""

@@ -1,0 +1,1 @@
+"""Gate report tests (unit level, for mutation testing): filled in below."""
