@@ -4,11 +4,13 @@ ansible-lint's production profile are the lint stage of scripts/test.sh: one pla
 
 from __future__ import annotations
 
+import configparser
 import math
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from roles_testlib import BIN, REPO, ansible_playbook, example_gpu_hosts, load_yaml
 
 DEMO_VAULT_PASSWORD = "example-only-change-me"  # documented in inventory/example/group_vars/all/vault.yml
@@ -160,3 +162,23 @@ def test_example_preflight_refuses_what_the_image_tags_release_refuses(tmp_path:
         "sglang_server_attention_backend=cutlass_mla is refused by SGLang 0.5.23 --attention-backend (allowed:"
         in run.out
     )
+
+
+def test_molecule_scenarios_keep_the_bundles_connection_settings() -> None:
+    """molecule writes its own ansible.cfg, so each scenario restates the bundle's: the scenarios'
+    SSH hosts must notice a silent host as a fleet does (timeout, keepalives) and take one round trip
+    per task (pipelining). A setting changed in ansible.cfg and not here would test another bundle."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(REPO / "ansible.cfg")
+    want = {
+        ("defaults", "timeout"): cfg["defaults"]["timeout"],
+        ("ssh_connection", "ssh_args"): cfg["ssh_connection"]["ssh_args"],
+        ("ssh_connection", "pipelining"): cfg["ssh_connection"]["pipelining"],
+    }
+    assert "ServerAliveInterval=" in want["ssh_connection", "ssh_args"]  # what the copies are for
+    scenarios = sorted((REPO / "molecule").glob("*/molecule.yml"))
+    assert len(scenarios) >= 4, scenarios
+    for path in scenarios:
+        options = yaml.safe_load(path.read_text())["provisioner"]["config_options"]
+        got = {(section, key): str(options.get(section, {}).get(key)).lower() for section, key in want}
+        assert got == {k: v.lower() for k, v in want.items()}, path

@@ -2,8 +2,11 @@
 taken on every host of the run in preflight, before any host changes, and released at the run's end.
 
 Real `ansible-playbook deploy.yml` from two "controllers" that share nothing but the hosts: two
-inventories (their own paths, reports folders and host names) whose hosts are the same three
-local-connection hosts, i.e. the same three `sglang_server_state_dir` folders. Narrowed with
+inventories (their own paths, reports folders, SSH control sockets and host names) whose hosts are
+the same three hosts. The race runs on SSH test hosts (tests/roles/ssh_hosts.py: sshd containers,
+`become`, the lock under /var/lib/sglang-deploy as on a GPU host); the lock's other behaviours
+(held, stale, broken, lost mid-run, heartbeat) on three local-connection hosts, i.e. three
+`sglang_server_state_dir` folders, where a test can plant and watch a lock file. Narrowed with
 `--tags gpu_host` and `sglang_gpu_host_prepare: false`, so that only the run's own bookkeeping and
 the lock run: what is asserted is the lock, not the deploy (test_roles_local_rollout.py has that).
 """
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
+from ssh_hosts import connection, docker, ssh_hosts
 
 from testengine.local_fleet import write_inventory
 
@@ -49,15 +53,30 @@ def _controller(tmp: Path, name: str, reverse: bool = False) -> Path:
     )
 
 
+def _ssh_controller(tmp: Path, name: str, addresses: list[str], reverse: bool = False) -> Path:
+    """As ``_controller``, on the SSH test hosts: <name>i is the host at addresses[i - 1] (reversed
+    with ``reverse``); the lock is in the hosts' default state folder, written with sudo."""
+    hosts = {f"{name}{i}": connection(addresses[HOSTS - i if reverse else i - 1]) for i in range(1, HOSTS + 1)}
+    return write_inventory(
+        tmp / name / "inventory",
+        hosts,
+        [1],
+        sglang_gpu_host_prepare=False,
+        sglang_reports_dir=str(tmp / name / "reports"),
+    )
+
+
 def _start(inv: Path, run_id: str, *extra: str) -> tuple[subprocess.Popen[str], Path]:
     """Start a deploy; its output goes to a file (a pipe nobody reads would stall it once full, and
-    a stalled run would no longer race)."""
+    a stalled run would no longer race). Each controller has its own SSH control sockets, as two
+    operators' machines do."""
     log = inv.parent / f"{run_id}.log"
+    env = {**ansible_env(), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(inv.parent / "cp")}
     with log.open("w") as fh:
         proc = subprocess.Popen(
             [str(BIN / "ansible-playbook"), "-i", str(inv), "deploy.yml", "--tags", "gpu_host",
              "-e", f"sglang_run_id={run_id}", *extra],
-            cwd=REPO, env=ansible_env(), stdout=fh, stderr=subprocess.STDOUT, text=True,
+            cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
     return proc, log
 
@@ -99,28 +118,42 @@ def _records(inv: Path, run_id: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
-def test_two_controllers_started_at_once_exactly_one_rolls(tmp_path):
+def _ssh_locks(containers: list[str]) -> dict[int, str]:
+    """host number -> the rollout lock's text on that SSH test host (only the hosts that have one)."""
+    out = {}
+    for i, container in enumerate(containers, start=1):
+        text = docker("exec", container, "cat", "/var/lib/sglang-deploy/rollout.lock", check=False)
+        if text:
+            out[i] = text
+    return out
+
+
+def test_two_controllers_started_at_once_on_ssh_hosts_exactly_one_rolls(tmp_path):
     """Three races: two with all forks (each run asks its three hosts at once), one with one fork and
     the hosts in opposite orders, where the runs are likeliest to split the hosts (then the younger
     releases what it took and the older waits for it)."""
-    a, b = _controller(tmp_path, "a"), _controller(tmp_path, "b", reverse=True)
-    for race, forks in enumerate(("50", "50", "1")):
-        ids = {"a": f"race{race}-a", "b": f"race{race}-b"}
-        procs = {"a": _start(a, ids["a"], "--forks", forks), "b": _start(b, ids["b"], "--forks", forks)}
-        done = {name: _finish(proc) for name, proc in procs.items()}
-        winners = [name for name, (rc, _) in done.items() if rc == 0]
-        assert len(winners) == 1, {name: out[-2500:] for name, (_, out) in done.items()}
-        win, lose = winners[0], "b" if winners[0] == "a" else "a"
-        inv = {"a": a, "b": b}
-        out = done[lose][1]
-        # the loser stopped in preflight, naming the holder, and changed nothing: no host record, no lock
-        assert f"another rollout holds hosts of this run: run {ids[win]} (" in out, out[-3000:]
-        assert f"Run {ids[lose]} changed nothing and" in out
-        assert _records(inv[lose], ids[lose]) == []
-        assert _records(inv[win], ids[win]) == [f"{win}{i}" for i in range(1, HOSTS + 1)]
-        print(f"race {race} (forks {forks}): {ids[win]} won;", out[out.index(f"Run {ids[lose]} changed") :][:90])
-        # after the winner's normal end, no lock is left on any host
-        assert _locks(tmp_path) == {}
+    names = [f"h{i}" for i in range(1, HOSTS + 1)]
+    with ssh_hosts("lock-", names, "lock-rollout-net", docker_socket=True) as addresses:
+        ips = [addresses[n] for n in names]
+        containers = [f"lock-{n}" for n in names]
+        a, b = _ssh_controller(tmp_path, "a", ips), _ssh_controller(tmp_path, "b", ips, reverse=True)
+        for race, forks in enumerate(("50", "50", "1")):
+            ids = {"a": f"race{race}-a", "b": f"race{race}-b"}
+            procs = {"a": _start(a, ids["a"], "--forks", forks), "b": _start(b, ids["b"], "--forks", forks)}
+            done = {name: _finish(proc) for name, proc in procs.items()}
+            winners = [name for name, (rc, _) in done.items() if rc == 0]
+            assert len(winners) == 1, {name: out[-2500:] for name, (_, out) in done.items()}
+            win, lose = winners[0], "b" if winners[0] == "a" else "a"
+            inv = {"a": a, "b": b}
+            out = done[lose][1]
+            # the loser stopped in preflight, naming the holder, and changed nothing: no host record, no lock
+            assert f"another rollout holds hosts of this run: run {ids[win]} (" in out, out[-3000:]
+            assert f"Run {ids[lose]} changed nothing and" in out
+            assert _records(inv[lose], ids[lose]) == []
+            assert _records(inv[win], ids[win]) == [f"{win}{i}" for i in range(1, HOSTS + 1)]
+            print(f"race {race} (forks {forks}): {ids[win]} won;", out[out.index(f"Run {ids[lose]} changed") :][:90])
+            # after the winner's normal end, no lock is left on any host
+            assert _ssh_locks(containers) == {}
 
 
 def test_held_stale_check_and_break(tmp_path):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
+from ssh_hosts import connection, docker, ssh_hosts
 
 from testengine.local_fleet import write_inventory
 
@@ -34,54 +35,14 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow,
 
 HOSTS = ("s-h1", "s-h2", "s-h3")
 PROBE = "sglang-deploy-probe-s-h3"  # sglang_image_probe_container_name of s-h3
-IMAGE = "local/sglang-molecule-host:latest"
 NET = "silent-rollout-net"
-KEY = Path("/tmp/sglang-molecule-ssh/id_ed25519")
 SILENT_DEADLINE_S = 120  # the issue's bound: a silent host is UNREACHABLE within 2 minutes
-
-
-def _docker(*args: str, check: bool = True) -> str:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check).stdout.strip()
-
-
-def _cleanup() -> None:
-    for name in [f"silent-{h}" for h in HOSTS] + [PROBE]:  # the probe: left by the frozen module
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
-    subprocess.run(["docker", "network", "rm", NET], capture_output=True, check=False)
-
-
-def _start_hosts() -> dict[str, str]:
-    """The three SSH hosts; returns their addresses. The docker socket lets the roles' docker CLI
-    reach the machine's daemon, where the test-engine image already is."""
-    _docker("network", "create", NET)
-    addresses = {}
-    for h in HOSTS:
-        _docker("run", "-d", "--name", f"silent-{h}", "--network", NET,
-                "-v", "/var/run/docker.sock:/var/run/docker.sock",
-                "-v", f"{KEY}.pub:/home/deploy/.ssh/authorized_keys:ro", IMAGE)  # fmt: skip
-        addresses[h] = _docker("inspect", "-f", f"{{{{(index .NetworkSettings.Networks \"{NET}\").IPAddress}}}}",
-                               f"silent-{h}")  # fmt: skip
-    deadline = time.monotonic() + 60
-    for h, ip in addresses.items():  # sshd answers (the host keys are made at start)
-        while subprocess.run(["ssh", "-i", str(KEY), "-o", "StrictHostKeyChecking=no", "-o", "ConnectTimeout=3",
-                              "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"deploy@{ip}", "true"],
-                             capture_output=True, check=False).returncode != 0:  # fmt: skip
-            assert time.monotonic() < deadline, f"sshd of {h} ({ip}) never answered"
-            time.sleep(1)
-    return addresses
 
 
 def _inventory(tmp: Path, addresses: dict[str, str]) -> Path:
     hosts = {
         h: {
-            "ansible_connection": "ssh",
-            "ansible_host": ip,
-            "ansible_user": "deploy",
-            "ansible_become": True,
-            "ansible_python_interpreter": "/usr/bin/python3",
-            "ansible_ssh_private_key_file": str(KEY),
-            # the inventory's own options come on top of ansible.cfg's ssh_args (keepalives kept)
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            **connection(ip),
             "sglang_server_container_name": f"silent-sglang-{h}",
             "flashinfer_cache_volume_prefix": f"silent-fic-{h}",
             "sglang_server_port": 31800 + i,
@@ -139,12 +100,9 @@ def _stage(run_dir: Path, host: str) -> str:
 
 
 def test_a_host_frozen_mid_rollout_is_unreachable_within_two_minutes_and_repaired_first(tmp_path):
-    # the instance image and its key (a no-op when they are there and current; never a skip: CI
-    # builds the other instance images in the background while this stage runs)
-    subprocess.run(["bash", str(REPO / "molecule/resources/build-instance.sh")], check=True, capture_output=True)
-    _cleanup()
-    try:
-        inventory = _inventory(tmp_path, _start_hosts())
+    subprocess.run(["docker", "rm", "-f", PROBE], capture_output=True, check=False)  # left by a frozen module
+    with ssh_hosts("silent-", HOSTS, NET, docker_socket=True) as addresses:
+        inventory = _inventory(tmp_path, addresses)
         run_dir = tmp_path / "reports" / "20261207T100000Z"
         events = subprocess.Popen(
             ["docker", "events", "--filter", "type=container", "--filter", "event=create",
@@ -157,7 +115,7 @@ def test_a_host_frozen_mid_rollout_is_unreachable_within_two_minutes_and_repaire
             while not select.select([events.stdout], [], [], 0.5)[0]:
                 assert first.proc.poll() is None and time.monotonic() - first.started < 240, first.log[-4000:]
             assert events.stdout.readline().strip() == PROBE, first.log[-4000:]  # s-h3's module is mid-run
-            _docker("pause", "silent-s-h3")
+            docker("pause", "silent-s-h3")
             paused = time.monotonic()
         finally:
             events.kill()
@@ -182,7 +140,7 @@ def test_a_host_frozen_mid_rollout_is_unreachable_within_two_minutes_and_repaire
         assert [h for h, e in state["hosts"].items() if e["pending_repair"]] == ["s-h3"], state
         assert state["hosts"]["s-h3"]["stage"] == "image", state["hosts"]["s-h3"]
 
-        _docker("unpause", "silent-s-h3")
+        docker("unpause", "silent-s-h3")
         # A --limit run that leaves the pending host out stops before any host changes, naming it ...
         limited = _Run(tmp_path, inventory, "20261207T101000Z", "--limit", "s-h2")
         assert limited.wait(timeout=180) not in (0, -9), limited.log[-3000:]
@@ -202,6 +160,4 @@ def test_a_host_frozen_mid_rollout_is_unreachable_within_two_minutes_and_repaire
         assert not any(e["pending_repair"] for e in state["hosts"].values()), state
         run2 = json.loads((tmp_path / "reports" / "20261207T102000Z" / "rollout-summary.json").read_text())
         assert run2["unreachable"] == [] and run2["failed"] == [] and run2["not_reached"] == [], run2
-    finally:
-        subprocess.run(["docker", "unpause", "silent-s-h3"], capture_output=True, check=False)
-        _cleanup()
+    subprocess.run(["docker", "rm", "-f", PROBE], capture_output=True, check=False)

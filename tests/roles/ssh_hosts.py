@@ -1,0 +1,88 @@
+"""SSH test hosts for the rollout tests that need the real connection path: containers of the
+molecule instance image (sshd as PID 1, user `deploy` with passwordless sudo;
+molecule/resources/build-instance.sh) on a docker network of the test, reached as an inventory
+reaches a GPU host: `ansible_connection: ssh`, `become`, the project's ansible.cfg (its keepalives
+and connect timeout) under the inventory's own ssh options.
+
+Why a module: the silent-host and the fleet-lock tests start the same hosts the same way; one
+place says how (one job, one helper).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from roles_testlib import REPO
+
+IMAGE = "local/sglang-molecule-host:latest"
+KEY = Path("/tmp/sglang-molecule-ssh/id_ed25519")
+
+
+def docker(*args: str, check: bool = True) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check).stdout.strip()
+
+
+def build_image() -> None:
+    """The instance image and its key: a no-op when they are there and current. Never a skip: CI
+    builds the other instance images in the background while the docker stage runs."""
+    subprocess.run(["bash", str(REPO / "molecule/resources/build-instance.sh")], check=True, capture_output=True)
+
+
+def remove(containers: Sequence[str], network: str) -> None:
+    for name in containers:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    subprocess.run(["docker", "network", "rm", network], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def ssh_hosts(
+    prefix: str, names: Sequence[str], network: str, *, docker_socket: bool = False
+) -> Iterator[dict[str, str]]:
+    """Start one container ``<prefix><name>`` per name on ``network``; yield name -> address once
+    every sshd answers; remove them (and the network) at the end, whatever happened.
+    ``docker_socket``: the host's docker CLI reaches this machine's daemon (where the test-engine
+    image already is): preflight asks every host's docker, and the stages run containers."""
+    build_image()
+    containers = [f"{prefix}{n}" for n in names]
+    remove(containers, network)  # a run killed earlier may have left them
+    try:
+        docker("network", "create", network)
+        addresses = {}
+        for name, container in zip(names, containers, strict=True):
+            socket = ["-v", "/var/run/docker.sock:/var/run/docker.sock"] if docker_socket else []
+            docker("run", "-d", "--name", container, "--network", network, *socket,
+                   "-v", f"{KEY}.pub:/home/deploy/.ssh/authorized_keys:ro", IMAGE)  # fmt: skip
+            addresses[name] = docker(
+                "inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}', container
+            )
+        deadline = time.monotonic() + 60
+        for name, ip in addresses.items():  # sshd answers (the host keys are made at start)
+            while subprocess.run(["ssh", "-i", str(KEY), "-o", "StrictHostKeyChecking=no", "-o", "ConnectTimeout=3",
+                                  "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"deploy@{ip}", "true"],
+                                 capture_output=True, check=False).returncode != 0:  # fmt: skip
+                assert time.monotonic() < deadline, f"sshd of {name} ({ip}) never answered"
+                time.sleep(1)
+        yield addresses
+    finally:
+        for container in containers:  # a test may have frozen one
+            subprocess.run(["docker", "unpause", container], capture_output=True, check=False)
+        remove(containers, network)
+
+
+def connection(ip: str) -> dict[str, Any]:
+    """The inventory variables of one SSH test host. The inventory's own ssh options come on top of
+    ansible.cfg's ssh_args (its keepalives kept), as the README's "SSH settings" asks of an inventory."""
+    return {
+        "ansible_connection": "ssh",
+        "ansible_host": ip,
+        "ansible_user": "deploy",
+        "ansible_become": True,
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_ssh_private_key_file": str(KEY),
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+    }
