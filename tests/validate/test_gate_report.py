@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import threading
+import time
 import types
 from datetime import UTC, datetime
 from pathlib import Path
@@ -676,6 +677,7 @@ def test_no_identity_read_no_earlier_start():
 
 def test_the_log_fetch_gets_what_is_left_a_second_before_the_gates_deadline(tmp_path, monkeypatch):
     argv = stub_docker(tmp_path, monkeypatch, "sleep 5")
+    monkeypatch.chdir(tmp_path)
     plain = tmp_path / "server.log"
     plain.write_text("before the gate\n" + CRASH + "\n")
     g = _gate({"deadline_s": 100}, logs=[str(plain), "docker:srv"], report_dir=str(tmp_path / "rep"))
@@ -727,6 +729,15 @@ def test_the_scan_uses_the_configured_signatures_context_and_offsets(tmp_path):
         ("widget", [res.matches[0].context[0], "widget broke", "after 1"])
     ]
     assert res.starts_before == {str(log): 1} and res.starts_during == {str(log): 0}
+
+
+def test_a_scan_past_its_deadline_stops_and_says_where(tmp_path):
+    """The deadline is read every 4,096 lines: a long log is not scanned past it."""
+    log = tmp_path / "long.log"
+    log.write_text("INFO: 200 OK\n" * 5000)
+    res = asyncio.run(scan([str(log)], parse_config({}), None, None, None, deadline=time.monotonic() - 1))
+    assert res.errors == [f"{log}: scan stopped at line 4,096 by the gate's deadline_s"]
+    assert res.lines_scanned == 4096
 
 
 # ----- rejudge_logs: finalize adds the server's window log after the gate -----
