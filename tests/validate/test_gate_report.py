@@ -725,8 +725,9 @@ def test_the_scan_uses_the_configured_signatures_context_and_offsets(tmp_path):
     size = STARTUP_LOG.stat().st_size
     cfg = parse_config({"logs": {"context_lines": 1, "extra_signatures": [{"name": "widget", "pattern": "widget"}]}})
     res = asyncio.run(scan([str(log)], cfg, None, None, {str(log): size}))
-    assert [(m.signature, m.context) for m in res.matches] == [
-        ("widget", [res.matches[0].context[0], "widget broke", "after 1"])
+    last = '[2026-12-02 18:38:35] INFO:     127.0.0.1:43290 - "GET /metrics HTTP/1.1" 200 OK'  # the server's
+    assert [(m.signature, m.line_no, m.context) for m in res.matches] == [
+        ("widget", 65, [last, "widget broke", "after 1"])  # one line either side: context_lines 1
     ]
     assert res.starts_before == {str(log): 1} and res.starts_during == {str(log): 0}
 
