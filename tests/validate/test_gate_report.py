@@ -676,7 +676,7 @@ def test_no_identity_read_no_earlier_start():
 
 
 def test_the_log_fetch_gets_what_is_left_a_second_before_the_gates_deadline(tmp_path, monkeypatch):
-    argv = stub_docker(tmp_path, monkeypatch, "sleep 5")
+    argv = stub_docker(tmp_path, monkeypatch, "exec sleep 5")  # killed at the deadline, no orphan
     monkeypatch.chdir(tmp_path)
     plain = tmp_path / "server.log"
     plain.write_text("before the gate\n" + CRASH + "\n")
