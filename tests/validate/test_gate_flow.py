@@ -289,6 +289,115 @@ def test_a_healthy_run_measures_every_phase_in_order_and_passes(monkeypatch):
         "after step 2",
     ]
     assert report["baseline"] == {"path": None, "used": False, "note": "no --baseline given: no regression check"}
+    assert report["started_at"].endswith("+00:00")
+    assert check(report, "server.health_latency")["message"] == (
+        "slowest /health answer 0.02s (after step 1; allowed 1s: max_health_latency_s)"
+    )
+    assert not [x for x in said if "open-file" in x]  # the limit already fits: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [("http://gpu-1:30000", "http://gpu-1:30000"), ("http://proxy:8080/gpu-X//", "http://proxy:8080/gpu-X")],
+)
+def test_only_trailing_slashes_are_cut_from_the_url(monkeypatch, url, base):
+    s = Script()
+    off = {"enabled": False}
+    report, _, _ = run(s, monkeypatch, config(accuracy=off, single_stream=off, throughput=off, stability=off), url=url)
+    assert s.made == [(base, None)] and report["url"] == base
+
+
+@pytest.mark.parametrize(
+    ("logs", "container"),
+    [(["/var/log/a.log"], None), (["/var/log/a.log", "docker:sglang", "docker:other"], "sglang")],
+)
+def test_the_measurer_is_told_the_first_docker_container_of_the_logs(monkeypatch, logs, container):
+    s = Script()
+    off = {"enabled": False}
+    cfg = config(accuracy=off, single_stream=off, throughput=off, stability=off, logs=off)
+    report, _, _ = run(s, monkeypatch, cfg, logs=logs)
+    assert s.made == [("http://gpu-1:30000", container)]
+    assert "logs" not in report["phases"] and not [x for x in report["skipped"] if x.startswith("logs")]
+
+
+@pytest.mark.parametrize(
+    ("over", "wanted"),
+    [
+        ({"throughput": {"num_prompts": 8, "max_concurrency": 3}}, 3),
+        ({"throughput": {"num_prompts": 8}}, 8),
+        ({"accuracy": {"enabled": True, "concurrency": 6, "questions": 5}}, 5),
+        ({"accuracy": {"enabled": True, "concurrency": 5, "questions": 6}}, 5),
+        ({"stability": {"enabled": True, "concurrency": [9, 5]}}, 9),
+        ({}, 1),
+    ],
+)
+def test_the_open_file_limit_fits_the_most_streams_a_phase_opens(monkeypatch, over, wanted):
+    """Only phases that run count; a disabled one's numbers are far above the expected figure."""
+    big = {"num_prompts": 500, "max_concurrency": 400}
+    cfg = config(
+        answers={"enabled": False},
+        single_stream={"enabled": False},
+        throughput={"enabled": "throughput" in over, **big, **over.get("throughput", {})},
+        stability={"enabled": False, "concurrency": [300], **over.get("stability", {})},
+        accuracy={"enabled": False, "concurrency": 200, "questions": 200, **over.get("accuracy", {})},
+    )
+    report, _, _ = run(Script(), monkeypatch, cfg)
+    assert report["phases"]["open_files"]["wanted"] == wanted + 64
+
+
+def test_a_limit_the_gate_had_to_change_is_said(monkeypatch):
+    from validate.limits import FileLimit
+
+    monkeypatch.setattr(gate_module, "raise_open_files", lambda n: FileLimit(70, 70, n + 64, "could not raise: test"))
+    off = {"enabled": False}
+    _, said, _ = run(Script(), monkeypatch, config(accuracy=off, single_stream=off, throughput=off, stability=off))
+    assert said[0] == "could not raise: test"
+
+
+def test_run_then_hands_the_report_and_the_seconds_left_to_finish(monkeypatch):
+    s = Script()
+    monkeypatch.setattr(gate_module, "Measurer", s)
+    off = {"enabled": False}
+    cfg = parse_config(config(deadline_s=100, accuracy=off, single_stream=off, throughput=off, stability=off))
+    gate = Gate(GateOptions(url="http://h:1", config=cfg, config_path="flow.yml"), lambda _: None)
+    got: list[Any] = []
+
+    def finish(report: dict[str, Any], left: float) -> str:
+        got.append((report["verdict"], left))
+        return "written"
+
+    assert asyncio.run(gate.run_then(finish)) == "written"
+    ((verdict, left),) = got
+    assert verdict == "pass" and 90 < left < 100
+
+
+def test_the_log_tells_starts_before_the_gate_from_a_restart_during_it(monkeypatch, tmp_path):
+    """Two start banners before the gate: a restart during start-up, reported; one during it: failed."""
+    log = tmp_path / "server.log"
+    log.write_text("INFO:     Started server process [11]\nINFO:     Started server process [12]\n")
+    off = {"enabled": False}
+    cfg = config(accuracy=off, throughput=off, stability=off)
+    report, _, _ = run(Script(), monkeypatch, cfg, logs=[str(log)])
+    assert check(report, "server.restarted") == {
+        "name": "server.restarted",
+        "passed": True,
+        "measured": "same process",
+        "required": "same process",
+        "unit": "",
+        "message": "same server process from 'after readiness' to 'after single_stream' (random_seed); before the "
+        f"gate: {log}: 2 starts before the gate began (not during it)",
+        "op": "",
+    }
+    s = Script()
+
+    async def restart() -> None:
+        with log.open("a") as f:
+            f.write("INFO:     Started server process [12]\n")
+
+    s.hooks["single_stream"] = restart
+    report, _, _ = run(s, monkeypatch, cfg, logs=[str(log)])
+    assert check(report, "server.restarted")["passed"] is False
+    assert "its log shows a new start" in check(report, "server.restarted")["message"]
 
 
 def test_the_test_engine_is_named_as_such(monkeypatch):
@@ -355,6 +464,20 @@ def test_a_server_never_ready_is_not_asked_anything_else(monkeypatch):
     ]
     assert names(report) == ["readiness"]
     assert said == ["FAILED server not ready within 3s (readiness.timeout_s); last: /health: connection refused"]
+
+
+def test_a_server_never_ready_is_compared_as_an_unknown_engine(monkeypatch, tmp_path):
+    """No server info, no engine: the group's reference (from sglang) is not compared, and says so."""
+    path = tmp_path / "b.json"
+    _reference_file(path, parse_config(config()), None, None)
+    s = Script()
+    s.ready = Readiness(False, 3.0, "/health: connection refused")
+    report, _, _ = run(s, monkeypatch, baseline_path=str(path))
+    assert report["engine"] == "unknown"
+    assert check(report, "baseline.reference")["message"].startswith(
+        "FAILED the speed figures were not compared with the group's reference: the reference was measured on "
+        "engine 'sglang', this server is 'unknown'; "
+    )
 
 
 def test_a_server_serving_another_model_is_not_measured(monkeypatch):
@@ -448,6 +571,24 @@ def test_a_second_reason_to_stop_keeps_the_first(monkeypatch):
     why = "the server stalled (accuracy questions unanswered at the 7s deadline)"
     assert report["skipped"][1:4] == skipped_after(why, LATER[1:])
     assert not [x for x in said if "identity changed" in x]
+
+
+def test_a_dead_server_after_a_stalled_warm_up_is_named_dead(monkeypatch):
+    """/health after the warm-up is asked first: a server it finds dead is "down", not "stalled"."""
+    s = Script()
+    s.warmup = Warmup(failed("timeout", "no complete answer within throughput.timeout_s = 11s"), 11.0)
+    s.unhealthy["after the failed warm-up request"] = "timeout"
+    report, _, _ = run(s, monkeypatch)
+    assert report["skipped"][1:5] == skipped_after("the server was down or wedged")
+
+
+def test_a_failed_health_after_another_model_keeps_the_model_as_the_reason(monkeypatch):
+    s = Script()
+    s.names = ["other/model"]
+    s.unhealthy["after readiness"] = "HTTP 503"
+    report, _, _ = run(s, monkeypatch, config(model="m"))
+    assert report["skipped"][1:5] == skipped_after("the server serves another model")
+    assert report["failed_checks"] == ["server.model", "readiness.server_healthy_after"]
 
 
 def test_a_gate_error_in_a_phase_fails_it_and_the_next_phases_still_run(monkeypatch):
@@ -1007,7 +1148,7 @@ def test_the_measuring_stops_a_reserve_before_the_deadline_and_the_logs_are_stil
     async def slow() -> None:
         with log.open("a") as f:
             f.write("RuntimeError: CUDA error: an illegal memory access was encountered\n")
-        await asyncio.sleep(30)
+        await asyncio.sleep(4)
 
     s.hooks["throughput"] = slow
     gates: list[Gate] = []
