@@ -123,6 +123,7 @@ class Script:
         self.steps: dict[int, StabilityStep] = {}
         self.hooks: dict[str, Any] = {}  # method -> coroutine function run first (a signal, a raise)
         self.stable_answers: list[bool] = []
+        self.limits: list[int] = []
         self.cfg: Any = None
 
     def __call__(self, session: Any, base: str, cfg: Any, say: Any, container: str | None = None) -> Script:
@@ -187,6 +188,7 @@ class Script:
 
     async def stability_step(self, idx: int, of: int, conc: int, limit: Any) -> StabilityStep:
         self.calls.append(("stability_step", idx, of, conc))
+        self.limits.append(limit.wanted)  # the open-file limit the gate raised, passed on to each step
         await self._hook("stability_step")
         if idx in self.steps:
             return self.steps[idx]
@@ -272,6 +274,7 @@ def test_a_healthy_run_measures_every_phase_in_order_and_passes(monkeypatch):
     assert report["skipped"] == ["logs: no --log file given"]
     assert report["stopped"] is None
     assert s.stable_answers == [True]  # one run: nothing to disagree with
+    assert s.limits == [68, 68]
     steps = report["phases"]["stability"]["steps"]
     assert [(st["step"], st["concurrency"], st["passed"]) for st in steps] == [(1, 2, True), (2, 4, True)]
     assert "accuracy: 4 of 4 right (1.000), 0 invalid, in 1.2s" in said
@@ -727,17 +730,23 @@ def test_a_refused_stability_step_lets_the_next_one_run(monkeypatch):
 # ----- the answers phase: probes and the group's reference answers -----
 
 
+PROBE = {"probes": [{"prompt": "p", "expect": "x"}]}
+NO_REFERENCE = {"reference": {"enabled": False}}
+
+
 @pytest.mark.parametrize(
-    ("answers", "baseline", "why"),
+    ("answers", "baseline", "why", "asked"),
     [
-        ({"enabled": False, "probes": [{"prompt": "p", "expect": "x"}]}, True, "disabled in config"),
-        ({}, False, "no probes in the config, and the reference answers need --baseline"),
-        ({"reference": {"enabled": False}}, True, "no probes in the config, and the reference answers need --baseline"),
-        ({"probes": [{"prompt": "p", "expect": "x"}]}, False, ""),
-        ({}, True, ""),
+        ({"enabled": False, **PROBE}, True, "disabled in config", []),
+        ({}, False, "no probes in the config, and the reference answers need --baseline", []),
+        (NO_REFERENCE, True, "no probes in the config, and the reference answers need --baseline", []),
+        (PROBE, False, "", ["probes"]),
+        ({**PROBE, **NO_REFERENCE}, True, "", ["probes"]),
+        ({}, True, "", ["reference"]),
+        (PROBE, True, "", ["probes", "reference"]),
     ],
 )
-def test_the_answers_phase_runs_when_it_has_something_to_ask(monkeypatch, tmp_path, answers, baseline, why):
+def test_the_answers_phase_asks_what_it_has_to_ask(monkeypatch, tmp_path, answers, baseline, why, asked):
     s = Script()
     s.probe_results = [ProbeResult(1, "p", answered())]
     off = {"enabled": False}
@@ -746,8 +755,8 @@ def test_the_answers_phase_runs_when_it_has_something_to_ask(monkeypatch, tmp_pa
     report, _, _ = run(s, monkeypatch, cfg, **opts)
     skipped = [x for x in report["skipped"] if x.startswith("answers")]
     assert skipped == ([f"answers: {why}"] if why else [])
-    asked = [c[0] for c in s.calls if c[0] in ("probes", "reference")]
-    assert bool(asked) == (not why)
+    assert [c[0] for c in s.calls if c[0] in ("probes", "reference")] == asked
+    assert (("identity", "after answers") in s.calls) == bool(asked)
 
 
 def _reference_file(path: Any, cfg: Any, answers: dict[str, Any] | None, accuracy: dict[str, Any] | None) -> None:
