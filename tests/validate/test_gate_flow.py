@@ -1116,6 +1116,29 @@ def test_a_signal_stops_the_phase_in_progress_and_the_report_names_it(
     assert "logs" not in report["phases"]
 
 
+def test_a_signal_while_the_log_is_fetched_stops_in_phase_logs(monkeypatch, tmp_path):
+    """`docker logs` (a stub that signals the gate and waits) is cut: the log is unread and that fails."""
+    from _gate_helpers import stub_docker
+
+    stub_docker(tmp_path, monkeypatch, "kill -INT $PPID\nsleep 3")
+    off = {"enabled": False}
+    cfg = config(accuracy=off, single_stream=off, throughput=off, stability=off)
+    t0 = time.monotonic()
+    report, _, _ = run(Script(), monkeypatch, cfg, logs=["docker:srv"], report_dir=str(tmp_path / "rep"))
+    assert time.monotonic() - t0 < 2.5
+    assert report["stopped"] == {"phase": "logs", "reason": "it received SIGINT"}
+    assert check(report, "logs.crash_signatures") == {
+        "name": "logs.crash_signatures",
+        "passed": False,
+        "measured": None,
+        "required": 0,
+        "unit": "matches",
+        "message": "FAILED cannot read log: the gate stopped before its logs were read (it received SIGINT)",
+        "op": "",
+    }
+    assert "gate.stopped" not in names(report)  # measuring had ended: only the log is missing
+
+
 def test_a_signal_in_the_confirmation_is_reported_there(monkeypatch, tmp_path):
     path = tmp_path / "b.json"
     cfg = confirm_cfg()
