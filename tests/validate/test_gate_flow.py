@@ -687,8 +687,9 @@ def test_a_warm_up_failure_of_the_throughput_phase_is_its_own_check(monkeypatch)
 def test_a_stability_step_that_kills_the_server_skips_the_steps_after_it(monkeypatch):
     s = Script()
     s.steps[1] = StabilityStep(1, 3, 2, 2, load(n=2), Health("after step 1", False, "connection refused", 1.0))
-    report, said, _ = run(s, monkeypatch, config(stability={"concurrency": [2, 4, 8]}))
+    report, said, gate = run(s, monkeypatch, config(stability={"concurrency": [2, 4, 8]}))
     assert [c for c in s.calls if c[0] == "stability_step"] == [("stability_step", 1, 3, 2)]
+    assert gate.down == "the server was down or wedged"  # the reason the steps after it are skipped
     steps = report["phases"]["stability"]["steps"]
     assert steps[1:] == [
         {"step": 2, "of": 3, "concurrency": 4, "requests": 0, "skipped": True, "refused": ""},
