@@ -591,10 +591,7 @@ class Gate:
         self.offsets = _sizes(self.o.logs)
         self._open_files()
         await self._bounded(self._measure(), measuring=True)
-        if self.stopped:
-            text = f"FAILED stopped in phase {self.phase} because {self.stopped}; the report holds what was measured"
-            self._add(Check("gate.stopped", False, self.phase, None, "", text))
-            self.skipped.append(f"{self.phase}: stopped, {self.stopped}")
+        self._note_stop()
         self._add(judge.output(self.m.results))
         logs: LogScanResult | None = None
         if self.c.logs.enabled and self.o.logs:
@@ -604,11 +601,19 @@ class Gate:
                 self._add(Check("logs.crash_signatures", False, None, 0, "matches", f"FAILED cannot read log: {err}"))
             else:
                 self._add(judge.logs(logs))
+            self._note_stop()  # a deadline or signal during the log fetch is a stop too
         elif self.c.logs.enabled:
             self.skipped.append("logs: no --log file given")
         self._add(judge.restarted(self.m.identities, logs.restarts if logs else [], self._earlier_starts(logs)))
         self._add(judge.health_latency(self.m.health, self.c.readiness.max_health_latency_s))
         return self._report(started, logs)
+
+    def _note_stop(self) -> None:
+        """The failed `gate.stopped` check, once, for a stop in measuring or in the log fetch."""
+        if self.stopped and not any(c.name == "gate.stopped" for c in self.checks):
+            text = f"FAILED stopped in phase {self.phase} because {self.stopped}; the report holds what was measured"
+            self._add(Check("gate.stopped", False, self.phase, None, "", text))
+            self.skipped.append(f"{self.phase}: stopped, {self.stopped}")
 
     def _report(self, started: datetime, logs: LogScanResult | None) -> dict[str, Any]:
         summary = self.m.server.summary if self.m.server else {"engine": "unknown", "source": "unavailable"}
