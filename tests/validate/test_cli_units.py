@@ -518,15 +518,17 @@ def _quick_config(tmp_path: Path, **over) -> Path:
 
 
 def test_gate_hands_every_option_to_the_report(tmp_path, capsys, monkeypatch, sglang_stub):
-    """--model, --patch-record, --label, the config's path and the report folder reach the gate; an
+    """--model, --patch-record, --label, --log, the config's path and the report folder reach the gate; an
     unneeded --model is not one: the config's model is then checked."""
     monkeypatch.delenv("SGLANG_API_KEY", raising=False)
-    cfg = _quick_config(tmp_path, model="the-config-model")
+    stub_docker(tmp_path, monkeypatch, 'if [ "$1" = logs ]; then echo "server up"; else echo running; fi')
+    cfg = _quick_config(tmp_path, model="the-config-model", logs={"enabled": True})
     patch = tmp_path / "patches.json"
     patch.write_text('{"fixes": {"mtp": {"status": "applied"}}}')
     rep = tmp_path / "deep" / "r"  # made, parents and all
     argv = ["gate", "--url", sglang_stub + "/", "--config", str(cfg), "--report", str(rep)]
-    code = cli.main([*argv, "--model", SERVED, "--patch-record", str(patch), "--label", "host=h1"])
+    flags = ["--model", SERVED, "--patch-record", str(patch), "--label", "host=h1", "--log", "docker:sglang"]
+    code = cli.main([*argv, *flags])
     out = capsys.readouterr().out
     assert code == 0 and out.startswith(f"[gate] gate: {sglang_stub} with {cfg}\n")
     report = json.loads((rep / "report.json").read_text())
@@ -535,9 +537,14 @@ def test_gate_hands_every_option_to_the_report(tmp_path, capsys, monkeypatch, sg
     assert report["patch_record"] == {"fixes": {"mtp": {"status": "applied"}}}
     model = next(c for c in report["checks"] if c["name"] == "server.model")
     assert model["required"] == SERVED and model["passed"]
+    # the container's log of the gate window, fetched into the report folder and scanned
+    assert (rep / "container-sglang.log").read_text() == "server up\n"
+    assert report["phases"]["logs"]["files"] == [str(rep / "container-sglang.log")]
+    assert report["baseline"]["note"] == "no --baseline given: no regression check"
     assert cli.main(argv) == 1  # without --model the config's model is expected, and not served
     report = json.loads((rep / "report.json").read_text())
     assert report["failed_checks"] == ["server.model"] and report["patch_record"] is None and report["labels"] == {}
+    assert "logs: no --log file given" in report["skipped"]
     assert f"[gate] FAIL: server.model. Report: {rep / 'report.json'}" in capsys.readouterr().out
 
 
@@ -582,6 +589,7 @@ def test_the_baseline_lock_is_waited_for_no_longer_than_the_deadline_leaves(tmp_
     note = json.loads((tmp_path / "r" / "report.json").read_text())["baseline"]["update_note"]
     prefix = f"baseline not written: {base}.lock is held by another process (waited "
     assert note.startswith(prefix) and note.endswith("s)") and 0 < float(note[len(prefix) : -2]) < 1.5, note
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["baseline"]["path"] == str(base)
     assert not base.exists()
 
 

@@ -273,7 +273,8 @@ def test_readiness_gives_up_at_its_deadline_naming_what_failed_last(info):
     r = _with(url, lambda mm: mm.readiness(), {"readiness": {"timeout_s": 0.6, "interval_s": 0.25}}, said)
     assert (r.ready, r.seconds, r.last_error) == (False, 0.6, "/health_generate: HTTP 503")
     assert said[0] == f"waiting for {url}/health: 0s of 0.6s (last: /health_generate: HTTP 503)"
-    assert 2 <= len(said) <= 3 and state["asked"]["/health"] in (3, 4)  # every interval_s, notes as often
+    # every interval_s (3 or 4 asks in 0.6 s; 2 on a machine too busy to wake the loop on time), notes as often
+    assert 2 <= len(said) <= 3 and 2 <= state["asked"]["/health"] <= 4
     gone = _with("http://127.0.0.1:9", lambda mm: mm.readiness(), {"readiness": {"timeout_s": 0.3, "interval_s": 0.1}})
     assert not gone.ready and gone.last_error.startswith("/health: cannot connect: ClientConnectorError")
 
