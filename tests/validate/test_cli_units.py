@@ -5,8 +5,10 @@ Exact values: the CLI is what an operator types at 3 a.m."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -358,6 +360,7 @@ def test_repeatable_flags_collect_every_value_and_numbers_are_floats():
         ("http://127.0.0.1:30000", "http://127.0.0.1:30000"),
         ("https://gate.example:443/", "https://gate.example:443"),
         ("http://h:1/v1//", "http://h:1/v1"),  # trailing slashes only: the routes are appended
+        ("http://h:1/proxy/X/", "http://h:1/proxy/X"),
         ("HTTP://h:1", "http://h:1"),
     ],
 )
@@ -637,35 +640,36 @@ def test_check_config_reports_every_file_and_fails_if_any_is_bad(tmp_path, capsy
     assert f"{tmp_path / 'none.yml'}: gate config: file not found: {tmp_path / 'none.yml'}" in cap.err.splitlines()
 
 
-def test_progress_and_refusals_keep_their_order_in_one_pipe(tmp_path):
-    """Ansible reads stdout and stderr of one run: a progress line is flushed before the next refusal."""
-    import os
-    import sys
+def _pipe(monkeypatch, name: str) -> io.BytesIO:
+    """``sys.<name>`` as a pipe's block-buffered writer: a line reaches the bytes only when flushed."""
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, name, io.TextIOWrapper(raw, encoding="utf-8", line_buffering=False))
+    return raw
 
+
+def test_progress_lines_and_refusals_are_flushed_at_once(tmp_path, monkeypatch):
+    """Ansible streams the gate's output: nothing may sit in a buffer until the process ends."""
+    out = _pipe(monkeypatch, "stdout")
+    cli.say("readiness: waiting")
+    assert out.getvalue() == b"[gate] readiness: waiting\n"
     good = _quick_config(tmp_path)
     bad = tmp_path / "bad.yml"
     bad.write_text("[]\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from validate.cli import main; sys.exit(main(sys.argv[1:]))",
-            "check-config",
-            str(good),
-            str(bad),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=os.getcwd(),
-    )
-    assert proc.returncode == 2
-    assert proc.stdout.splitlines() == [
-        f"[gate] {good}: ok (deadline 3300 s)",
-        f"{bad}: gate config: {bad}: the top level must be a mapping of sections",
-    ]
+    err = _pipe(monkeypatch, "stderr")
+    assert cli.main(["check-config", str(bad), str(good)]) == 2
+    assert err.getvalue().decode() == f"{bad}: gate config: {bad}: the top level must be a mapping of sections\n"
+    err = _pipe(monkeypatch, "stderr")
+    assert cli.main(["wait", "--url", "nope"]) == 2
+    assert err.getvalue() == b"--url: must look like http://HOST:PORT (got 'nope')\n"
+
+    def boom(args):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(cli, "cmd_wait", boom)
+    monkeypatch.delenv("GATE_DEBUG", raising=False)
+    err = _pipe(monkeypatch, "stderr")
+    assert cli.main(["wait", "--url", DEAD]) == 1
+    assert err.getvalue() == b"gate: internal error: RuntimeError: bug (set GATE_DEBUG=1 for a traceback)\n"
 
 
 def test_process_usage_is_user_plus_system_seconds_and_peak_rss_in_mb(monkeypatch):
