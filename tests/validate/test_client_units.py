@@ -534,6 +534,7 @@ def test_the_answer_rule_reads_the_streamed_ids(server):
         ("claim_12", 1, True, ""),  # 2 pieces of 1 token, plus a few textless ones: up to 2 x 2 x 1 + 8
         ("claim_1", 1, False, "the server claims 1 tokens but streamed pieces allow 2-12"),
         ("claim_16", 1, False, "the server claims 16 tokens but streamed pieces allow 2-12"),
+        ("claim_16", None, False, "the server claims 16 tokens but streamed pieces allow 2-12"),  # default: 1
         ("claim_16", 2, True, ""),  # --stream-interval 2: a piece may hold 2 tokens
         ("claim_17", 2, False, "the server claims 17 tokens but streamed pieces allow 2-16"),
         ("usage_claims", 1, False, "the server claims 13 tokens but streamed pieces allow 2-12"),
@@ -542,7 +543,8 @@ def test_the_answer_rule_reads_the_streamed_ids(server):
 def test_a_chat_usage_claim_must_fit_the_pieces_streamed(server, name, interval, ok, error):
     base, loop, _ = server
     url = base + f"/chat/{name}"
-    r = _run(loop, lambda s: chat_stream(s, url, "m", "p", 50, stream_interval=interval))
+    kw = {} if interval is None else {"stream_interval": interval}
+    r = _run(loop, lambda s: chat_stream(s, url, "m", "p", 50, **kw))
     assert (r.success, r.failure if not ok else "", r.error) == (ok, "usage_mismatch" if not ok else "", error)
     assert (r.output_len, r.text) == (2, "abcd")
 
