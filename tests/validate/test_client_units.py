@@ -76,6 +76,30 @@ CHATS = {
     "bad_json": b"data: {not json\n\n" + DONE,
     "bad_shape": b'data: {"choices": 5}\n\n' + DONE,
     "overflow": (RECORDED / "overflow_chat.sse").read_bytes(),
+    # a usage chunk without prompt_tokens, then one without completion_tokens: the last claim stands
+    "usage_claims": _chunk(content="ab")
+    + _chunk(content="cd", finish="stop")
+    + _chunk(usage={"completion_tokens": 13})
+    + _chunk(usage={"prompt_tokens": 7})
+    + DONE,
+    "claim_16": _chunk(content="ab")
+    + _chunk(content="cd", finish="stop")
+    + _chunk(usage={"completion_tokens": 16})
+    + DONE,
+    "claim_17": _chunk(content="ab")
+    + _chunk(content="cd", finish="stop")
+    + _chunk(usage={"completion_tokens": 17})
+    + DONE,
+    "claim_12": _chunk(content="ab")
+    + _chunk(content="cd", finish="stop")
+    + _chunk(usage={"completion_tokens": 12})
+    + DONE,
+    "claim_1": _chunk(content="ab")
+    + _chunk(content="cd", finish="stop")
+    + _chunk(usage={"completion_tokens": 1})
+    + DONE,
+    # a loop: the same piece again and again (what a broken kernel streams)
+    "looping": b"".join(_chunk(content=c) for c in ("ab", "ab", "ab", "cd")) + _chunk(finish="length") + DONE,
 }
 
 
@@ -107,6 +131,45 @@ TIMED = {
     ],
     "unterminated_done": [(0, _gen(1) + _gen(2) + _gen(3) + _gen(4) + _gen(5, LEN5) + b"data: [DONE]")],
     "unterminated_event": [(0, _gen(1).rstrip(b"\n"))],
+    # the first token and the last in one read: both events are read
+    "two_in_one_read": [(0, _gen(1) + _gen(2, {"type": "length", "length": 2}) + DONE)],
+    # a later event with new text but no new token (the detokenizer finished a character): no gap to add
+    "text_without_token": [
+        (0, _gen(1)),
+        (0.1, b'data: {"text": "tX", "output_ids": [10], "meta_info": {"completion_tokens": 1}}\n\n'),
+        (0.1, _gen(2, {"type": "length", "length": 2}) + DONE),
+    ],
+    # tokens that carry no text (special tokens only): counted, nothing kept
+    "no_text": [
+        (0, b'data: {"text": "", "output_ids": [1, 2], "meta_info": {"finish_reason": {"type": "length"}}}\n\n' + DONE)
+    ],
+    # the model stopped early (no ignore_eos): 3 tokens of the 5 allowed
+    "stopped_early": [(0, _gen(1) + _gen(2)), (0, _gen(3, {"type": "stop", "matched": 2}) + DONE)],
+    # the server claims more tokens than it streamed ids for
+    "overclaimed": [
+        (0, _gen(1)),
+        (
+            0,
+            b'data: {"text": "tt", "output_ids": [10, 11], "meta_info": {"finish_reason": '
+            b'{"type": "length", "length": 2}, "completion_tokens": 7}}\n\n' + DONE,
+        ),
+    ],
+    # one token id over and over, decoded to varied text
+    "one_id": [
+        (
+            0,
+            b'data: {"text": "abcde", "output_ids": [7, 7, 7, 7, 7], "meta_info": {"finish_reason": '
+            b'{"type": "length", "length": 5}}}\n\n' + DONE,
+        )
+    ],
+}
+# non-streamed /generate answers (generate_json): recorded shape {"text", "output_ids", "meta_info"}
+GENS = {
+    "ok": (200, b'{"text": "4", "output_ids": [19], "meta_info": {"finish_reason": {"type": "stop", "matched": 2}}}'),
+    "abort_no_message": (200, b'{"text": "", "meta_info": {"finish_reason": {"type": "abort"}}}'),
+    "not_json": (200, b"<html>" + b"x" * 400),
+    "no_meta": (200, b'{"text": "4"}'),
+    "refused": (503, b"queue full"),
 }
 JSONS = {
     "ok": (200, b'{"a": 1}'),
@@ -114,6 +177,7 @@ JSONS = {
     "missing": (404, b"Not Found"),
     "auth": (401, b'{"detail":"Unauthorized"}'),
     "long": (500, b"e" * 1000),
+    "odd": (599, b"odd"),  # a status with no reason phrase
 }
 
 
@@ -153,7 +217,14 @@ def server() -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
         body = b"\xff\xfe not utf-8" if request.match_info["name"] == "binary" else b"queue full"
         return web.Response(status=503, body=body, headers={"Content-Type": "text/plain; charset=utf-8"})
 
+    async def gen(request: web.Request) -> web.Response:
+        if request.match_info["name"] == "slow":
+            await asyncio.sleep(2)
+        status, body = GENS.get(request.match_info["name"], (200, b"late"))
+        return web.Response(status=status, body=body, content_type="application/json")
+
     app = web.Application()
+    app.router.add_post("/gen/{name}", gen)
     app.router.add_post("/timed/{name}", timed)
     app.router.add_post("/refuse/{name}", refuse)
     app.router.add_post("/chat/{name}", chat)
@@ -395,3 +466,154 @@ def test_a_refused_request_is_an_http_failure_with_the_answer(server):
 def test_error_text_edges():
     assert client._error_text(b"\xff{bad") == "\ufffd{bad"
     assert client._error_text(b'{"error": "' + b"x" * 400 + b'"}') == "x" * 300
+
+
+def _gen_kw(loop, base: str, name: str, want: int = 5, **kw):
+    from validate.client import generate_stream
+
+    url = base + f"/timed/{name}"
+    return _run(loop, lambda s: generate_stream(s, url, generate_body([1, 2, 3], want), 3, want, **kw))
+
+
+def test_two_events_in_one_read_are_both_read(server):
+    base, loop, _ = server
+    r = _gen_kw(loop, base, "two_in_one_read", want=2)
+    assert (r.success, r.output_len, r.finish_reason, len(r.itl)) == (True, 2, {"type": "length", "length": 2}, 1)
+
+
+def test_new_text_without_a_new_token_adds_no_gap(server):
+    base, loop, _ = server
+    r = _gen_kw(loop, base, "text_without_token", want=2)
+    assert (r.success, r.output_len, len(r.itl)) == (True, 2, 1)
+    assert 0.15 <= r.itl[0] <= 0.6, r.itl  # the second token's gap runs from the first token, not the text-only event
+
+
+def test_the_answer_text_is_kept_only_when_asked(server):
+    base, loop, _ = server
+    assert _gen_kw(loop, base, "gen").text == ""
+    assert _gen_kw(loop, base, "gen", keep_text=True).text == "ttttt"
+    r = _gen_kw(loop, base, "no_text", want=2, keep_text=True)
+    assert (r.success, r.output_len, r.text, r.text_chars) == (True, 2, "", 0)
+
+
+def test_a_stream_that_may_stop_early_accepts_stop_and_fewer_tokens(server):
+    base, loop, _ = server
+    r = _gen_kw(loop, base, "stopped_early", exact=False)
+    assert (r.success, r.failure, r.output_len) == (True, "", 3)
+    exact = _gen_kw(loop, base, "stopped_early")
+    assert (exact.failure, exact.error) == (
+        "bad_finish",
+        "finish_reason {'type': 'stop', 'matched': 2} (expected length)",
+    )
+    cut = _gen_kw(loop, base, "stopped_early", want=2, exact=False)  # more tokens than asked for: overlong
+    assert (cut.failure, cut.error) == ("overlong", "streamed 3 tokens, more than the 2 asked for")
+
+
+def test_a_token_claim_the_streamed_ids_do_not_back_fails(server):
+    base, loop, _ = server
+    r = _gen_kw(loop, base, "overclaimed", want=2)
+    assert (r.success, r.failure, r.claimed_tokens) == (False, "usage_mismatch", 7)
+    assert r.error == "the server claims 7 tokens but streamed 2"
+
+
+def test_the_answer_rule_reads_the_streamed_ids(server):
+    from validate.checks import AnswerRule
+
+    base, loop, _ = server
+    rule = AnswerRule(min_tokens=4, max_repeat_fraction=0.5)
+    loop_ids = _gen_kw(loop, base, "one_id", rule=rule)
+    assert (loop_ids.success, loop_ids.failure) == (False, "degenerate")
+    assert loop_ids.error == "degenerate answer: token id 7 repeated 5 times in a row (5 of 5 tokens): 'abcde'"
+    # "ttttt" from five different ids: the ids decide, not the text
+    assert _gen_kw(loop, base, "gen", rule=rule).success
+
+
+@pytest.mark.parametrize(
+    ("name", "interval", "ok", "error"),
+    [
+        ("claim_12", 1, True, ""),  # 2 pieces of 1 token, plus a few textless ones: up to 2 x 2 x 1 + 8
+        ("claim_1", 1, False, "the server claims 1 tokens but streamed pieces allow 2-12"),
+        ("claim_16", 1, False, "the server claims 16 tokens but streamed pieces allow 2-12"),
+        ("claim_16", None, False, "the server claims 16 tokens but streamed pieces allow 2-12"),  # default: 1
+        ("claim_16", 2, True, ""),  # --stream-interval 2: a piece may hold 2 tokens
+        ("claim_17", 2, False, "the server claims 17 tokens but streamed pieces allow 2-16"),
+        ("usage_claims", 1, False, "the server claims 13 tokens but streamed pieces allow 2-12"),
+    ],
+)
+def test_a_chat_usage_claim_must_fit_the_pieces_streamed(server, name, interval, ok, error):
+    base, loop, _ = server
+    url = base + f"/chat/{name}"
+    kw = {} if interval is None else {"stream_interval": interval}
+    r = _run(loop, lambda s: chat_stream(s, url, "m", "p", 50, **kw))
+    assert (r.success, r.failure if not ok else "", r.error) == (ok, "usage_mismatch" if not ok else "", error)
+    assert (r.output_len, r.text) == (2, "abcd")
+
+
+def test_a_chat_usage_without_prompt_tokens_counts_none(server):
+    base, loop, _ = server
+    r = _run(loop, lambda s: chat_stream(s, base + "/chat/claim_12", "m", "p", 50))
+    assert (r.prompt_len, r.claimed_tokens) == (0, 12)
+    assert _run(loop, lambda s: chat_stream(s, base + "/chat/usage_claims", "m", "p", 50)).prompt_len == 7
+
+
+def test_the_answer_rule_reads_the_chat_pieces(server):
+    from validate.checks import AnswerRule
+
+    base, loop, _ = server
+    rule = AnswerRule(min_tokens=2, max_repeat_fraction=0.5)
+    r = _run(loop, lambda s: chat_stream(s, base + "/chat/looping", "m", "p", 50, rule=rule))
+    assert (r.success, r.failure, r.text) == (False, "degenerate", "abababcd")
+    assert r.error == "degenerate answer: the piece 'ab' repeated 3 times in a row (3 of 4 pieces)"
+    assert _run(loop, lambda s: chat_stream(s, base + "/chat/looping", "m", "p", 50)).success  # no rule, no judging
+    fine = _run(loop, lambda s: chat_stream(s, base + "/chat/reasoning", "m", "p", 50, rule=rule))
+    assert fine.success and fine.text == "Let me count1 2 3"
+
+
+def test_generate_json_returns_the_answer_or_a_named_failure(server):
+    from validate.client import GenerateError, generate_json
+
+    base, loop, _ = server
+
+    def ask(url: str, timeout_s: float = 5):
+        return _run(loop, lambda s: generate_json(s, url, {"text": "2+2="}, timeout_s))
+
+    assert ask(base + "/gen/ok")["output_ids"] == [19]
+    cases = [
+        ("/gen/abort_no_message", "abort", "aborted by the server: no message"),
+        ("/gen/no_meta", "bad_payload", 'not a /generate answer: {"text": "4"}'),
+        ("/gen/refused", "http_error", "HTTP 503 Service Unavailable: queue full"),
+        ("/gen/slow", "timeout", "no answer within 0.2s"),
+    ]
+    for path, failure, message in cases:
+        with pytest.raises(GenerateError) as exc:
+            ask(base + path, 0.2 if "slow" in path else 5)
+        assert (exc.value.failure, str(exc.value)) == (failure, message)
+    with pytest.raises(GenerateError) as exc:
+        ask(base + "/gen/not_json")
+    assert exc.value.failure == "bad_payload"
+    assert str(exc.value) == "not JSON: Expecting value: line 1 column 1 (char 0): <html>" + "x" * 194
+    with pytest.raises(GenerateError) as exc:
+        ask("http://127.0.0.1:9/generate")
+    assert exc.value.failure == "connect" and str(exc.value).startswith("cannot connect: ClientConnectorError: ")
+
+
+def test_an_http_error_without_a_reason_phrase(server):
+    base, loop, _ = server
+    assert _run(loop, lambda s: get_json(s, base + "/doc/odd", 5)) == (599, None, "HTTP 599 : odd")
+
+
+def test_prewarm_gives_up_on_a_slow_server_after_its_timeout(server):
+    base, loop, _ = server
+    assert _run(loop, lambda s: prewarm(s, base + "/doc/slow", 2, timeout_s=0.2)) == 0
+
+
+def test_the_session_waits_30_s_for_a_connection_by_default():
+    async def go():
+        async with make_session() as s:
+            return s.timeout.sock_connect, s.timeout.total
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(go()) == (30.0, None)
+    finally:
+        loop.close()
