@@ -80,7 +80,8 @@ async def _http_error(resp: aiohttp.ClientResponse) -> str:
     except (aiohttp.ClientError, UnicodeDecodeError):
         body = ""
     hint = " (check SGLANG_API_KEY)" if resp.status == 401 else ""
-    return f"HTTP {resp.status} {resp.reason or ''}{hint}: {body}".strip()
+    status = f"HTTP {resp.status} {resp.reason}" if resp.reason else f"HTTP {resp.status}"
+    return f"{status}{hint}: {body}".strip()
 
 
 def _has_text(payload: bytes) -> bool:

@@ -39,6 +39,7 @@ from .serverinfo import TEST_ENGINE_NOTE
 
 SCHEMA_VERSION = 3
 T = TypeVar("T")
+NO_LOG = "logs: no --log file given"  # skipped: the gate read no log (finalize may read one later)
 
 
 def reserve_s(deadline_s: float) -> float:
@@ -603,7 +604,7 @@ class Gate:
                 self._add(judge.logs(logs))
             self._note_stop()  # a deadline or signal during the log fetch is a stop too
         elif self.c.logs.enabled:
-            self.skipped.append("logs: no --log file given")
+            self.skipped.append(NO_LOG)
         self._add(judge.restarted(self.m.identities, logs.restarts if logs else [], self._earlier_starts(logs)))
         self._add(judge.health_latency(self.m.health, self.c.readiness.max_health_latency_s))
         return self._report(started, logs)
@@ -731,7 +732,8 @@ def rejudge_logs(report: dict[str, Any], config: GateConfig, logs: list[str], re
     kept = [c for c in report.get("checks", []) if c.get("name") not in replaced]
     report["checks"] = [*kept, *(asdict(c) for c in new if c is not None)]
     report.setdefault("phases", {})["logs"] = res.to_dict()
-    report["skipped"] = [s for s in report.get("skipped", []) if not s.startswith("logs:")]
+    # the log is read now; a stop during the gate's own log fetch stays named, as its gate.stopped check does
+    report["skipped"] = [s for s in report.get("skipped", []) if s != NO_LOG]
     return _judged(report)
 
 

@@ -24,7 +24,11 @@ KEY = Path("/tmp/sglang-molecule-ssh/id_ed25519")
 
 
 def docker(*args: str, check: bool = True) -> str:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check).stdout.strip()
+    """`docker <args>`'s output; with ``check``, a failure raises naming the command and docker's stderr."""
+    run = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+    if check and run.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
+    return run.stdout.strip()
 
 
 def build_image() -> None:
@@ -34,6 +38,7 @@ def build_image() -> None:
 
 
 def remove(containers: Sequence[str], network: str) -> None:
+    """Remove the containers and the network, whether or not they are there."""
     for name in containers:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
     subprocess.run(["docker", "network", "rm", network], capture_output=True, check=False)
@@ -41,15 +46,17 @@ def remove(containers: Sequence[str], network: str) -> None:
 
 @contextlib.contextmanager
 def ssh_hosts(
-    prefix: str, names: Sequence[str], network: str, *, docker_socket: bool = False
+    prefix: str, names: Sequence[str], network: str, *, docker_socket: bool = False, leftovers: Sequence[str] = ()
 ) -> Iterator[dict[str, str]]:
     """Start one container ``<prefix><name>`` per name on ``network``; yield name -> address once
     every sshd answers; remove them (and the network) at the end, whatever happened.
     ``docker_socket``: the host's docker CLI reaches this machine's daemon (where the test-engine
-    image already is): preflight asks every host's docker, and the stages run containers."""
+    image already is): preflight asks every host's docker, and the stages run containers.
+    ``leftovers``: containers the hosts' stages make on this machine's daemon that a failed or frozen
+    run may leave, removed before and after."""
     build_image()
     containers = [f"{prefix}{n}" for n in names]
-    remove(containers, network)  # a run killed earlier may have left them
+    remove([*containers, *leftovers], network)  # a run killed earlier may have left them
     try:
         docker("network", "create", network)
         addresses = {}
@@ -71,7 +78,7 @@ def ssh_hosts(
     finally:
         for container in containers:  # a test may have frozen one
             subprocess.run(["docker", "unpause", container], capture_output=True, check=False)
-        remove(containers, network)
+        remove([*containers, *leftovers], network)
 
 
 def connection(ip: str) -> dict[str, Any]:

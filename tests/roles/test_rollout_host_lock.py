@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
-from ssh_hosts import connection, docker, ssh_hosts
+from ssh_hosts import connection, ssh_hosts
 
 from testengine.local_fleet import write_inventory
 
@@ -101,14 +101,19 @@ def _locks(tmp: Path) -> dict[int, dict[str, object]]:
     return out
 
 
-def _hold(tmp: Path, host: int, heartbeat_age_s: float, run_id: str = "20261205T0100Z") -> str:
-    """Another controller's lock on host ``host``, its heartbeat ``heartbeat_age_s`` old."""
-    folder = tmp / f"host{host}"
-    folder.mkdir(parents=True, exist_ok=True)
+def _lock_text(heartbeat_age_s: float, run_id: str = "20261205T0100Z") -> str:
+    """Another controller's lock, as its run writes it, its heartbeat ``heartbeat_age_s`` old."""
     beat = time.time() - heartbeat_age_s
-    text = json.dumps({"run_id": run_id, "token": "0therrun", "user": "alice", "controller": "ops-2",
+    return json.dumps({"run_id": run_id, "token": "0therrun", "user": "alice", "controller": "ops-2",
                        "started": "2026-12-05T01:00:00Z", "started_epoch": beat - 60, "heartbeat": beat,
                        "heartbeat_at": "2026-12-05T01:01:00Z", "taken": "2026-12-05T01:00:00Z"})  # fmt: skip
+
+
+def _hold(tmp: Path, host: int, heartbeat_age_s: float, run_id: str = "20261205T0100Z") -> str:
+    """Another controller's lock on local host ``host``, its heartbeat ``heartbeat_age_s`` old."""
+    folder = tmp / f"host{host}"
+    folder.mkdir(parents=True, exist_ok=True)
+    text = _lock_text(heartbeat_age_s, run_id)
     (folder / "rollout.lock").write_text(text)
     return text
 
@@ -118,42 +123,80 @@ def _records(inv: Path, run_id: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
+SSH_LOCK = "/var/lib/sglang-deploy/rollout.lock"  # sglang_server_state_dir's default, as on a GPU host
+
+
 def _ssh_locks(containers: list[str]) -> dict[int, str]:
-    """host number -> the rollout lock's text on that SSH test host (only the hosts that have one)."""
+    """host number -> the rollout lock's text on that SSH test host (only the hosts that have one); a
+    host that cannot be asked fails the test (an error is not "no lock")."""
     out = {}
     for i, container in enumerate(containers, start=1):
-        text = docker("exec", container, "cat", "/var/lib/sglang-deploy/rollout.lock", check=False)
-        if text:
-            out[i] = text
+        run = subprocess.run(
+            ["docker", "exec", container, "cat", SSH_LOCK], capture_output=True, text=True, check=False
+        )
+        if run.returncode == 0:
+            out[i] = run.stdout
+        else:
+            assert "No such file or directory" in run.stderr, (container, run.returncode, run.stderr)
     return out
+
+
+def _stop_all(procs: list[tuple[subprocess.Popen[str], Path]], tmp: Path) -> None:
+    """A failed race leaves nothing running: the playbooks, and their SSH ControlMasters (named by
+    their control path under ``tmp``)."""
+    for proc, _ in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    subprocess.run(["pkill", "-f", str(tmp)], capture_output=True, check=False)
+
+
+def _race(a: Path, b: Path, race: int, forks: str, containers: list[str], started: list) -> None:
+    """Two controllers start deploy.yml at once: exactly one rolls, the other stops in preflight,
+    naming the holder, having changed nothing; no lock is left once the winner has finished."""
+    ids = {"a": f"race{race}-a", "b": f"race{race}-b"}
+    procs = {"a": _start(a, ids["a"], "--forks", forks), "b": _start(b, ids["b"], "--forks", forks)}
+    started.extend(procs.values())
+    done = {name: _finish(proc) for name, proc in procs.items()}
+    winners = [name for name, (rc, _) in done.items() if rc == 0]
+    assert len(winners) == 1, {name: out[-2500:] for name, (_, out) in done.items()}
+    win, lose = winners[0], "b" if winners[0] == "a" else "a"
+    inv = {"a": a, "b": b}
+    out = done[lose][1]
+    assert f"another rollout holds hosts of this run: run {ids[win]} (" in out, out[-3000:]
+    assert f"Run {ids[lose]} changed nothing and" in out
+    assert _records(inv[lose], ids[lose]) == []
+    assert _records(inv[win], ids[win]) == [f"{win}{i}" for i in range(1, HOSTS + 1)]
+    print(f"race {race} (forks {forks}): {ids[win]} won;", out[out.index(f"Run {ids[lose]} changed") :][:90])
+    assert _ssh_locks(containers) == {}
 
 
 def test_two_controllers_started_at_once_on_ssh_hosts_exactly_one_rolls(tmp_path):
     """Three races: two with all forks (each run asks its three hosts at once), one with one fork and
     the hosts in opposite orders, where the runs are likeliest to split the hosts (then the younger
-    releases what it took and the older waits for it)."""
+    releases what it took and the older waits for it). Then the lock is shown to live where a GPU
+    host keeps it: one planted there (another operator's, fresh) is what a --check run reports."""
     names = [f"h{i}" for i in range(1, HOSTS + 1)]
     with ssh_hosts("lock-", names, "lock-rollout-net", docker_socket=True) as addresses:
         ips = [addresses[n] for n in names]
         containers = [f"lock-{n}" for n in names]
         a, b = _ssh_controller(tmp_path, "a", ips), _ssh_controller(tmp_path, "b", ips, reverse=True)
-        for race, forks in enumerate(("50", "50", "1")):
-            ids = {"a": f"race{race}-a", "b": f"race{race}-b"}
-            procs = {"a": _start(a, ids["a"], "--forks", forks), "b": _start(b, ids["b"], "--forks", forks)}
-            done = {name: _finish(proc) for name, proc in procs.items()}
-            winners = [name for name, (rc, _) in done.items() if rc == 0]
-            assert len(winners) == 1, {name: out[-2500:] for name, (_, out) in done.items()}
-            win, lose = winners[0], "b" if winners[0] == "a" else "a"
-            inv = {"a": a, "b": b}
-            out = done[lose][1]
-            # the loser stopped in preflight, naming the holder, and changed nothing: no host record, no lock
-            assert f"another rollout holds hosts of this run: run {ids[win]} (" in out, out[-3000:]
-            assert f"Run {ids[lose]} changed nothing and" in out
-            assert _records(inv[lose], ids[lose]) == []
-            assert _records(inv[win], ids[win]) == [f"{win}{i}" for i in range(1, HOSTS + 1)]
-            print(f"race {race} (forks {forks}): {ids[win]} won;", out[out.index(f"Run {ids[lose]} changed") :][:90])
-            # after the winner's normal end, no lock is left on any host
-            assert _ssh_locks(containers) == {}
+        started: list[tuple[subprocess.Popen[str], Path]] = []
+        try:
+            for race, forks in enumerate(("50", "50", "1")):
+                _race(a, b, race, forks, containers, started)
+            planted = _lock_text(heartbeat_age_s=30, run_id="ops-9-run")
+            subprocess.run(["docker", "exec", "-i", containers[1], "sh", "-c", f"cat > {SSH_LOCK}"],
+                           input=planted, text=True, check=True)  # fmt: skip
+            rc, out = _finish(_start(a, "dry", "--check"))
+            assert rc != 0, out[-3000:]
+            assert (
+                "check mode: a real run would stop here, another rollout holds hosts of this run: run ops-9-run ("
+                in out
+            )
+            assert _ssh_locks(containers) == {2: planted}  # --check took none, left the holder's as it was
+        finally:
+            _stop_all(started, tmp_path)
 
 
 def test_held_stale_check_and_break(tmp_path):

@@ -100,8 +100,7 @@ def _stage(run_dir: Path, host: str) -> str:
 
 
 def test_a_host_frozen_mid_rollout_is_unreachable_within_two_minutes_and_repaired_first(tmp_path):
-    subprocess.run(["docker", "rm", "-f", PROBE], capture_output=True, check=False)  # left by a frozen module
-    with ssh_hosts("silent-", HOSTS, NET, docker_socket=True) as addresses:
+    with ssh_hosts("silent-", HOSTS, NET, docker_socket=True, leftovers=[PROBE]) as addresses:
         inventory = _inventory(tmp_path, addresses)
         run_dir = tmp_path / "reports" / "20261207T100000Z"
         events = subprocess.Popen(
@@ -160,4 +159,3 @@ def test_a_host_frozen_mid_rollout_is_unreachable_within_two_minutes_and_repaire
         assert not any(e["pending_repair"] for e in state["hosts"].values()), state
         run2 = json.loads((tmp_path / "reports" / "20261207T102000Z" / "rollout-summary.json").read_text())
         assert run2["unreachable"] == [] and run2["failed"] == [] and run2["not_reached"] == [], run2
-    subprocess.run(["docker", "rm", "-f", PROBE], capture_output=True, check=False)

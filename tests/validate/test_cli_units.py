@@ -296,16 +296,20 @@ def _exit2(capsys, argv: list[str]) -> str:
             ],
             "error: argument --promote-baseline: not allowed with argument --update-baseline",
         ),
-        (
-            ["nap"],
-            "error: argument {gate,finalize,wait,check-config,textfile}: invalid choice: 'nap' (choose from 'gate', "
-            "'finalize', 'wait', 'check-config', 'textfile')",
-        ),
     ],
 )
 def test_the_parser_refuses_missing_and_malformed_arguments_with_exit_2(capsys, argv, error):
     got = _exit2(capsys, argv)
     assert got.startswith("python -m validate") and got.endswith(error)
+
+
+def test_an_unknown_command_is_refused_naming_every_command(capsys):
+    """argparse's own wording of the choices changed between 3.12 patch releases (quoted or not):
+    what must hold is the refusal, the word typed and each command offered."""
+    got = _exit2(capsys, ["nap"])
+    assert got.startswith("python -m validate") and "invalid choice: 'nap' (choose from " in got
+    offered = got.split("(choose from ", 1)[1].rstrip(")").replace("'", "").split(", ")
+    assert offered == ["gate", "finalize", "wait", "check-config", "textfile"]
 
 
 def test_each_commands_synopsis_names_its_required_flags_and_their_values():
@@ -575,7 +579,7 @@ def test_the_baseline_lock_is_waited_for_no_longer_than_the_deadline_leaves(tmp_
     from filelock import FileLock
 
     base = tmp_path / "b.json"
-    cfg = _quick_config(tmp_path, deadline_s=1.5)
+    cfg = _quick_config(tmp_path, deadline_s=4)  # measuring must end inside it even on a busy machine
     argv = [
         "gate",
         "--url",
@@ -591,7 +595,7 @@ def test_the_baseline_lock_is_waited_for_no_longer_than_the_deadline_leaves(tmp_
         assert cli.main([*argv, "--update-baseline"]) == 0
     note = json.loads((tmp_path / "r" / "report.json").read_text())["baseline"]["update_note"]
     prefix = f"baseline not written: {base}.lock is held by another process (waited "
-    assert note.startswith(prefix) and note.endswith("s)") and 0 < float(note[len(prefix) : -2]) < 1.5, note
+    assert note.startswith(prefix) and note.endswith("s)") and 0 < float(note[len(prefix) : -2]) < 4, note
     assert json.loads((tmp_path / "r" / "report.json").read_text())["baseline"]["path"] == str(base)
     assert not base.exists()
 
@@ -704,9 +708,11 @@ def test_wait_is_ready_when_both_health_routes_answer(capsys, sglang_stub):
 
 
 def test_wait_says_progress_every_interval(capsys):
-    assert cli.main(["wait", "--url", DEAD, "--timeout", "1", "--interval", "0.2"]) == 1
+    assert cli.main(["wait", "--url", DEAD, "--timeout", "2", "--interval", "0.25"]) == 1
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[gate] waiting for ")]
-    assert 3 <= len(notes) <= 6, notes  # one per 0.2 s of a 1 s wait
+    # one per 0.25 s of a 2 s wait: 8 or 9, 6 or more when a busy machine wakes the loop late; a note every
+    # other interval would make 4 or 5
+    assert 6 <= len(notes) <= 9, notes
 
 
 def test_wait_asks_no_longer_than_its_timeout(capsys):

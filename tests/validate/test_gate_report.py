@@ -819,6 +819,27 @@ def test_a_window_without_a_banner_keeps_the_restart_check(tmp_path):
     assert out["failed_checks"] == ["server.restarted"]
 
 
+def test_a_stop_during_the_log_fetch_stays_named_after_finalize_reads_the_log(tmp_path):
+    """The gate was stopped (a signal, its deadline) while it fetched the log: finalize reads the window
+    log and judges it, but the stop stands, with the line that says where it came."""
+    window = tmp_path / "window.log"
+    window.write_text("INFO: 200 OK\n")
+    stopped = {
+        **_passed("gate.stopped"),
+        "passed": False,
+        "message": "FAILED stopped in phase logs because it received SIGINT",
+    }
+    report = _finished([stopped, _passed("logs.crash_signatures")], [], {})
+    report["skipped"] = ["stability: disabled in config", "logs: stopped, it received SIGINT"]
+    out = rejudge_logs(report, parse_config({}), [str(window)], str(tmp_path))
+    assert [(c["name"], c["passed"]) for c in out["checks"]] == [
+        ("gate.stopped", False),
+        ("logs.crash_signatures", True),
+    ]
+    assert (out["verdict"], out["failed_checks"]) == ("fail", ["gate.stopped"])
+    assert out["skipped"] == ["stability: disabled in config", "logs: stopped, it received SIGINT"]
+
+
 # ----- _can_handle: SIGTERM/SIGINT stop the gate (main thread only) -----
 
 

@@ -4,7 +4,9 @@ returns, values not names."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -219,7 +221,7 @@ MODELS = json.loads((FIXTURES / "v1_models.json").read_text())
 @pytest.fixture
 def info():
     """SGLang's info endpoints answering the recorded bytes; each path's status and body settable,
-    and how often each was asked counted (readiness turns ready when ``ready_after`` is reached)."""
+    and how often and when each was asked recorded (readiness turns ready when ``ready_after`` is reached)."""
     state = {
         "status": {},
         "body": {
@@ -230,12 +232,14 @@ def info():
             "/v1/models": MODELS,
         },
         "asked": {},
+        "at": [],  # (path, time.monotonic()) of each ask
         "ready_after": 0,
     }
 
     async def answer(request):
         path = request.path
         state["asked"][path] = state["asked"].get(path, 0) + 1
+        state["at"].append((path, time.monotonic()))
         if path == "/health" and state["asked"][path] <= state["ready_after"]:
             return web.Response(status=503, text="starting")
         status = state["status"].get(path, 200)
@@ -275,8 +279,13 @@ def test_readiness_gives_up_at_its_deadline_naming_what_failed_last(info):
     r = _with(url, lambda mm: mm.readiness(), {"readiness": {"timeout_s": 0.6, "interval_s": 0.25}}, said)
     assert (r.ready, r.seconds, r.last_error) == (False, 0.6, "/health_generate: HTTP 503")
     assert said[0] == f"waiting for {url}/health: 0s of 0.6s (last: /health_generate: HTTP 503)"
-    # every interval_s (3 or 4 asks in 0.6 s; 2 on a machine too busy to wake the loop on time), notes as often
-    assert 2 <= len(said) <= 3 and 2 <= state["asked"]["/health"] <= 4
+    # asked every interval_s (the last sleep cut to the deadline), notes as often. A sleep is never
+    # shorter than asked and a busy machine only wakes the loop later, so the first gap lies in
+    # [interval, 1.5 x interval): asking every other interval would make it 0.5 s
+    asks = [t for path, t in state["at"] if path == "/health"]
+    gaps = [b - a for a, b in itertools.pairwise(asks)]
+    assert 2 <= len(asks) <= 4 and 2 <= len(said) <= 3, (asks, said)
+    assert 0.9 * 0.25 <= gaps[0] < 1.5 * 0.25 and all(g >= 0.9 * 0.25 for g in gaps[:-1]), gaps
     gone = _with("http://127.0.0.1:9", lambda mm: mm.readiness(), {"readiness": {"timeout_s": 0.3, "interval_s": 0.1}})
     assert not gone.ready and gone.last_error.startswith("/health: cannot connect: ClientConnectorError")
 
