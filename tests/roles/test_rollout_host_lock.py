@@ -44,6 +44,11 @@ def _controller(tmp: Path, name: str, reverse: bool = False) -> Path:
         }
         for i in range(1, HOSTS + 1)
     }
+    return _inventory(tmp, name, hosts)
+
+
+def _inventory(tmp: Path, name: str, hosts: dict[str, dict[str, object]]) -> Path:
+    """One controller's inventory folder and reports; one batch of all its hosts after the canary."""
     return write_inventory(
         tmp / name / "inventory",
         hosts,
@@ -57,13 +62,7 @@ def _ssh_controller(tmp: Path, name: str, addresses: list[str], reverse: bool = 
     """As ``_controller``, on the SSH test hosts: <name>i is the host at addresses[i - 1] (reversed
     with ``reverse``); the lock is in the hosts' default state folder, written with sudo."""
     hosts = {f"{name}{i}": connection(addresses[HOSTS - i if reverse else i - 1]) for i in range(1, HOSTS + 1)}
-    return write_inventory(
-        tmp / name / "inventory",
-        hosts,
-        [1],
-        sglang_gpu_host_prepare=False,
-        sglang_reports_dir=str(tmp / name / "reports"),
-    )
+    return _inventory(tmp, name, hosts)
 
 
 def _start(inv: Path, run_id: str, *extra: str) -> tuple[subprocess.Popen[str], Path]:

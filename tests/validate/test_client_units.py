@@ -82,22 +82,14 @@ CHATS = {
     + _chunk(usage={"completion_tokens": 13})
     + _chunk(usage={"prompt_tokens": 7})
     + DONE,
-    "claim_16": _chunk(content="ab")
-    + _chunk(content="cd", finish="stop")
-    + _chunk(usage={"completion_tokens": 16})
-    + DONE,
-    "claim_17": _chunk(content="ab")
-    + _chunk(content="cd", finish="stop")
-    + _chunk(usage={"completion_tokens": 17})
-    + DONE,
-    "claim_12": _chunk(content="ab")
-    + _chunk(content="cd", finish="stop")
-    + _chunk(usage={"completion_tokens": 12})
-    + DONE,
-    "claim_1": _chunk(content="ab")
-    + _chunk(content="cd", finish="stop")
-    + _chunk(usage={"completion_tokens": 1})
-    + DONE,
+    # two pieces streamed, n tokens claimed in usage
+    **{
+        f"claim_{n}": _chunk(content="ab")
+        + _chunk(content="cd", finish="stop")
+        + _chunk(usage={"completion_tokens": n})
+        + DONE
+        for n in (16, 17, 12, 1)
+    },
     # a loop: the same piece again and again (what a broken kernel streams)
     "looping": b"".join(_chunk(content=c) for c in ("ab", "ab", "ab", "cd")) + _chunk(finish="length") + DONE,
 }
