@@ -180,6 +180,37 @@ def test_decoder_joins_multiline_data_and_skips_comments():
         small.feed(b"data: 0123456789")
 
 
+def test_a_crlf_split_across_two_reads_does_not_end_the_event():
+    """A CR at the end of one read and its LF at the start of the next are one line end: a two-line
+    event stays one event (a CR turned into LF too early would end it at the first line)."""
+    d = SSEDecoder()
+    assert d.feed(b"data: a\r") == []
+    assert d.feed(b"\ndata: b\r\n\r\n") == [b"a\nb"]
+    assert SSEDecoder().feed(b"data: a\r\ndata: b\r\n\r\n") == [b"a\nb"]  # CRLF in one read: the same
+
+
+def test_data_without_the_optional_space_keeps_every_byte():
+    """SSE's `data:x` (no space after the colon) is data `x`: the one-line path and the multi-line one."""
+    assert SSEDecoder().feed(b"data:x\n\ndata:y1\ndata:y2\n\n") == [b"x", b"y1\ny2"]
+
+
+def test_close_keeps_the_payloads_own_bytes_and_leaves_the_decoder_empty():
+    """Only line ends are stripped from an unterminated last event; after close() the decoder starts
+    clean (a stream's next request reuses nothing)."""
+    d = SSEDecoder()
+    assert d.feed(b"data: a \n") == [] and d.close() == [b"a "]
+    assert d.feed(b"data: aX") == [] and d.close() == [b"aX"]
+    assert d.feed(b"data: c\n\n") == [b"c"]
+
+
+def test_the_size_cap_allows_exactly_the_cap_and_the_decoder_recovers_after_a_refusal():
+    small = SSEDecoder(max_event_bytes=10)
+    assert small.feed(b"data: 0123") == []  # 10 bytes without an end: at the cap, allowed
+    with pytest.raises(EventTooLarge, match=r"one SSE event exceeded 10 bytes \(11 without an end\)"):
+        small.feed(b"4")
+    assert small.feed(b"data: ok\n\n") == [b"ok"]  # the runaway event was dropped, not kept
+
+
 def test_server_info_over_the_cap_keeps_the_summary_not_megabytes():
     """The real 0.5.17 /get_server_info, padded past the cap: the report keeps its summary and key list."""
     from validate.config import parse_config
