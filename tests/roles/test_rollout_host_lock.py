@@ -171,7 +171,7 @@ def _race(a: Path, b: Path, race: int, forks: str, containers: list[str], starte
 
 
 def test_two_controllers_started_at_once_on_ssh_hosts_exactly_one_rolls(tmp_path):
-    """Three races: two with all forks (each run asks its three hosts at once), one with one fork and
+    """Two races: one with all forks (each run asks its three hosts at once), one with one fork and
     the hosts in opposite orders, where the runs are likeliest to split the hosts (then the younger
     releases what it took and the older waits for it). Then the lock is shown to live where a GPU
     host keeps it: one planted there (another operator's, fresh) is what a --check run reports."""
@@ -182,7 +182,7 @@ def test_two_controllers_started_at_once_on_ssh_hosts_exactly_one_rolls(tmp_path
         a, b = _ssh_controller(tmp_path, "a", ips), _ssh_controller(tmp_path, "b", ips, reverse=True)
         started: list[tuple[subprocess.Popen[str], Path]] = []
         try:
-            for race, forks in enumerate(("50", "50", "1")):
+            for race, forks in enumerate(("50", "1")):
                 _race(a, b, race, forks, containers, started)
             planted = _lock_text(heartbeat_age_s=30, run_id="ops-9-run")
             subprocess.run(["docker", "exec", "-i", containers[1], "sh", "-c", f"cat > {SSH_LOCK}"],
