@@ -50,8 +50,9 @@ def load_report(report_dir: Path) -> dict[str, Any]:
 
 
 def check(report: dict[str, Any], name: str) -> dict[str, Any]:
+    """The report's one check of that name (none, or two, is a failure: a check is judged once)."""
     found = [c for c in report["checks"] if c["name"] == name]
-    assert found, f"no check {name!r}; checks: {[c['name'] for c in report['checks']]}"
+    assert len(found) == 1, f"{len(found)} checks {name!r}; checks: {[c['name'] for c in report['checks']]}"
     return found[0]
 
 

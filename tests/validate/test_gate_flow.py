@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import pytest
+from _gate_helpers import check
 
 from validate import baseline as store
 from validate import gate as gate_module
@@ -214,12 +215,6 @@ def run(
 
 def names(report: dict[str, Any]) -> list[str]:
     return [c["name"] for c in report["checks"]]
-
-
-def check(report: dict[str, Any], name: str) -> dict[str, Any]:
-    found = [c for c in report["checks"] if c["name"] == name]
-    assert len(found) == 1, f"{name!r} in {names(report)}"
-    return found[0]
 
 
 HEALTHY_CALLS = [
