@@ -42,7 +42,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing pinned Python requirements"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements.txt
-  .venv/bin/python -m pip install -q --no-deps -e .
+  # compat mode: a plain path entry in a .pth file. setuptools' default editable install for this flat
+  # layout adds an import hook whose own imports cost every Python start in the venv 17 ms (30 ms
+  # instead of 13 for `python -c pass`): every Ansible module on a local host, every gate, every test
+  # subprocess. The default stays the fallback should a setuptools release drop compat mode.
+  .venv/bin/python -m pip install -q --no-deps -e . --config-settings editable_mode=compat 2>/dev/null \
+    || .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
 
