@@ -78,20 +78,12 @@ run_pytest() {
   banner "pytest: not docker (2 workers)"
   pytest_or_fail -n 2 --dist loadfile -m "not docker" --durations=8 "${suites[@]}"
   if [ "$stage" = all ]; then start_instance_build; fi
-  banner "pytest: docker (2 workers; ${#LATE_DOCKER_FILES[@]} files later, beside molecule)"
+  banner "pytest: docker (2 workers)"
   # the two longest files first (about 11-12 min each), one per worker, the rest filling in around
   # them; named twice, pytest collects them once
   local longest=(tests/roles/test_rollout_unreachable.py tests/roles/test_roles_local_rollout.py)
-  local late=() file
-  if [ "$stage" = all ]; then for file in "${LATE_DOCKER_FILES[@]}"; do late+=(--ignore "$file"); done; fi
-  pytest_or_fail -n 2 --dist loadfile -m "docker and not gpu_image" --durations=8 "${late[@]}" "${longest[@]}" "${suites[@]}"
+  pytest_or_fail -n 2 --dist loadfile -m "docker and not gpu_image" --durations=8 "${longest[@]}" "${suites[@]}"
 }
-
-# Docker test files that run beside the molecule scenarios (a lane of their own, one file after the
-# other) when the whole suite runs: both stages keep the 2 cores busy that way. The docker stage
-# has 2 workers on 2 cores and no spare core; the molecule lanes mostly wait on SSH round trips,
-# server starts and the apt mirror. `bash scripts/test.sh pytest` alone runs them in the docker stage.
-LATE_DOCKER_FILES=(tests/roles/test_rollout_canaries.py tests/roles/test_cache_builds.py)
 
 # The molecule scenarios run in three lanes at once, each on its own docker network and names:
 # `fleet` (three hosts behind HAProxy, the longest) in the foreground; `default` then `upgrade` one
@@ -132,48 +124,17 @@ molecule_wait() {
   banner "molecule lane $1 passed"
 }
 
-# The docker test files of LATE_DOCKER_FILES, one worker, beside the molecule lanes (log:
-# build/molecule/pytest-late.log); a run that collects no test fails like any other stage.
-late_pytest_bg() {
-  banner "pytest lane beside molecule: ${LATE_DOCKER_FILES[*]} (log: build/molecule/pytest-late.log)"
-  (
-    child=""
-    trap 'kill "$child" 2>/dev/null; exit 143' TERM
-    python -m pytest -p no:xdist -m "docker and not gpu_image" --durations=8 "${LATE_DOCKER_FILES[@]}" &
-    child=$!
-    rc=0
-    wait "$child" || rc=$?
-    printf '\n==== pytest lane beside molecule: exit %s (t=%ss)\n' "$rc" "$((SECONDS - t0))"
-    [ "$rc" -eq 5 ] && { echo "pytest collected no tests: that is a failure here" >&2; exit 1; }
-    exit "$rc"
-  ) > build/molecule/pytest-late.log 2>&1 &
-  late_pid=$!
-  trap 'kill "${bg_pids[@]}" "$late_pid" 2>/dev/null || true' EXIT
-}
-late_pytest_wait() {
-  banner "pytest lane beside molecule: waiting"
-  if ! wait "$late_pid"; then
-    cat build/molecule/pytest-late.log
-    echo "the pytest lane beside molecule failed (log above)" >&2
-    exit 1
-  fi
-  tail -n 14 build/molecule/pytest-late.log
-  banner "pytest lane beside molecule passed"
-}
-
 run_molecule() {
   wait_instance_build
   mkdir -p build/molecule
   local lanes=(hosts default upgrade fleet) scenario
   molecule_bg hosts hosts
   molecule_bg default-upgrade default upgrade
-  if [ "$stage" = all ]; then late_pytest_bg; fi
   banner "molecule test -s fleet"
   molecule test -s fleet
   banner "molecule test -s fleet passed"
   molecule_wait hosts
   molecule_wait default-upgrade
-  if [ "$stage" = all ]; then late_pytest_wait; fi
   trap - EXIT
   # a scenario added later runs here, alone, until it is given a lane above
   for config in molecule/*/molecule.yml; do

@@ -286,3 +286,41 @@ def test_a_failed_allreduce_check_restarts_the_stopped_server_and_undrains(host:
     assert host.container()["State"]["StartedAt"] != before  # stopped for the check, started again
     assert record["failed_task"] == "Stop when the interconnect is slower than the GPU profile's floor", record
     assert "stand-in: NCCL timeout after 300 s" in " ".join(record["messages"]), record
+
+
+def test_a_host_lost_after_its_drain_is_rolled_back_in_the_next_runs_repair_play_and_put_back(host: Host) -> None:
+    """The host goes silent at its gate (drained, release-b started: an SSH port nobody answers on from
+    that stage on), so the run records it unreachable, pending repair, drained. The next run's put-back
+    leaves it drained (pending repair is the repair play's), the repair play finishes it with the
+    unfinished run's image: release-b fails its gate (the engine crashes under load), so it is rolled
+    back to its last good config AND put back in rotation; the run ends there (its only host failed)."""
+    seen = len(host.hooks())
+    fault = {"sglang_test_engine_env": {"TEST_ENGINE_FAULT": "crash_above:8", "TEST_ENGINE_COLD_START_S": "1"}}
+    host_vars = host.inventory / "host_vars" / f"{HOST}.yml"
+    host_vars.parent.mkdir(exist_ok=True)
+    host_vars.write_text(
+        "ansible_connection: \"{{ 'ssh' if (sglang_rollout_stage | default('')) == 'gate' else 'local' }}\"\n"
+        "ansible_host: 127.0.0.1\nansible_port: 1\nansible_ssh_common_args: -o ConnectTimeout=3\n"
+    )
+    try:
+        lost_id, lost = host.deploy(sglang_image=RELEASE_B, **fault)
+    finally:
+        host_vars.unlink()
+    log = lost.stdout + lost.stderr
+    assert lost.returncode != 0, log[-5000:]
+    assert host.summary(lost_id)["unreachable"] == [HOST], host.summary(lost_id)
+    assert host.hooks()[seen:] == [f"drain {HOST}"] and host.marker().exists()
+    fleet = host.fleet()
+    assert (fleet["pending_repair"], fleet["stage"], fleet["drained"]) == (True, "gate", True), fleet
+    assert host.container()["Image"] == docker_json("image", "inspect", RELEASE_B)["Id"]  # release-b serves, drained
+
+    run_id, run = host.deploy(sglang_image=RELEASE_B, **fault)
+    log = run.stdout + run.stderr
+    record = _back_on_last_good(host, run_id, run, seen, [f"drain {HOST}", f"undrain {HOST}"])
+    assert record["gate"] == "fail" and record["put_back"] == "", record
+    said = " ".join(log.split())
+    assert f"{HOST} stays out of rotation (drained since run {lost_id}): it is pending repair" in said, log[-5000:]
+    repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
+    undrain = log.index("TASK [Put the rolled-back host back in the load balancer (undrain)]", repair)
+    assert repair < log.index("Gate FAILED", repair) < undrain
+    assert "PLAY [Canaries" not in log  # the failed repair ends the run (its only host failed)
