@@ -54,11 +54,11 @@ def test_a_changed_spec_makes_the_readme_stale_and_the_script_fixes_only_the_tab
     readme = (role / "README.md").read_text()
     assert role_docs.stale(tmp_path / "roles") == {}
     spec = (role / "meta/argument_specs.yml").read_text()
-    (role / "meta/argument_specs.yml").write_text(spec.replace("default: 10,", "default: 25,", 1))
+    (role / "meta/argument_specs.yml").write_text(spec.replace("sglang_gate_poll_s: {type: int, default: 30,", "sglang_gate_poll_s: {type: int, default: 25,", 1))
     assert role_docs.main(["--check", "--roles", str(tmp_path / "roles")]) == 1
     assert role_docs.main(["--roles", str(tmp_path / "roles")]) == 0
     fixed = (role / "README.md").read_text()
-    assert "| `sglang_gate_poll_s` | `25` |" in fixed and "| `sglang_gate_poll_s` | `10` |" in readme
+    assert "| `sglang_gate_poll_s` | `25` |" in fixed and "| `sglang_gate_poll_s` | `30` |" in readme
     # the README's own text, before and after the markers, is untouched
     head = readme.split(role_docs.BEGIN)[0]
     assert fixed.startswith(head) and fixed.endswith(readme.split(role_docs.END)[1])
