@@ -54,7 +54,9 @@ def test_a_changed_spec_makes_the_readme_stale_and_the_script_fixes_only_the_tab
     readme = (role / "README.md").read_text()
     assert role_docs.stale(tmp_path / "roles") == {}
     spec = (role / "meta/argument_specs.yml").read_text()
-    (role / "meta/argument_specs.yml").write_text(spec.replace("sglang_gate_poll_s: {type: int, default: 30,", "sglang_gate_poll_s: {type: int, default: 25,", 1))
+    poll = "sglang_gate_poll_s: {type: int, default: "
+    assert f"{poll}30," in spec
+    (role / "meta/argument_specs.yml").write_text(spec.replace(f"{poll}30,", f"{poll}25,", 1))
     assert role_docs.main(["--check", "--roles", str(tmp_path / "roles")]) == 1
     assert role_docs.main(["--roles", str(tmp_path / "roles")]) == 0
     fixed = (role / "README.md").read_text()
