@@ -39,12 +39,10 @@ sys.path.insert(0, str(ROOT))
 import rolloutreport  # noqa: E402
 from preflight import waves  # noqa: E402
 from preflight.rules import parse_serial  # noqa: E402
-from testengine import local_fleet  # noqa: E402
+from testengine import local_fleet, ssh_fleet  # noqa: E402
 
 SSHD = "rollout-bench-sshd"
 SSH_PORT = 2222
-KEY = Path("/tmp/sglang-molecule-ssh/id_ed25519")
-HOST_IMAGE = "local/sglang-molecule-host:latest"
 RECORDED_SMI = ROOT / "tests/fixtures/nvidia-smi-h200-2026-12-02/nvidia-smi-q.txt"
 RECORDED_QUERY = ROOT / "tests/fixtures/nvidia-smi-h200-2026-12-03/nvidia-smi-query-health.csv"
 BASE_PORT = 32000  # the rollout stage's servers: BASE_PORT + host number
@@ -70,20 +68,12 @@ LIGHT_GATE = {
 }  # fmt: skip
 
 
-def address(i: int) -> str:
-    """Host i's loopback address (1-based): 127.0.1.1 ... 127.0.1.254."""
-    if not 1 <= i <= 254:
-        raise ValueError(f"host number {i} is outside 1..254 (one /24 of loopback addresses)")
-    return f"127.0.1.{i}"
-
-
 def host_name(i: int) -> str:
     return f"bench-ssh-h{i:03d}"
 
 
 def start_sshd(workdir: Path) -> None:
-    """The one sshd every host address reaches (molecule's host image, the machine's network)."""
-    subprocess.run(["bash", str(ROOT / "molecule/resources/build-instance.sh")], check=True, capture_output=True)
+    """The one sshd every host address reaches (testengine.ssh_fleet), with the recorded nvidia-smi."""
     smi = workdir / "nvidia-smi"
     shutil.copy(RECORDED_SMI, workdir / "nvidia-smi-q.txt")
     shutil.copy(RECORDED_QUERY, workdir / "nvidia-smi-query.csv")
@@ -92,35 +82,12 @@ def start_sshd(workdir: Path) -> None:
     smi.write_text('#!/bin/sh\n[ "$1" = -q ] && exec cat /opt/bench/nvidia-smi-q.txt\n'
                    'case "$1" in --query-gpu=*) exec cat /opt/bench/nvidia-smi-query.csv ;; esac\nexit 9\n')
     smi.chmod(0o755)
-    stop_sshd()
-    for shared in (BENCH_DIR, SHM_DIR):
-        shared.mkdir(parents=True, exist_ok=True)
-    sshd = f"ssh-keygen -A >/dev/null && exec /usr/sbin/sshd -D -e -p {SSH_PORT} -o MaxStartups=1000 -o MaxSessions=100"
-    subprocess.run(
-        ["docker", "run", "-d", "--name", SSHD, "--network", "host",
-         "-v", "/var/run/docker.sock:/var/run/docker.sock",
-         "-v", f"{KEY}.pub:/home/deploy/.ssh/authorized_keys:ro",
-         "-v", f"{workdir}:/opt/bench:ro", "-v", f"{smi}:/usr/local/bin/nvidia-smi:ro",
-         "-v", f"{BENCH_DIR}:{BENCH_DIR}", "-v", f"{SHM_DIR}:{SHM_DIR}",
-         HOST_IMAGE, "/bin/sh", "-c", sshd],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        probe = subprocess.run(
-            ["ssh", "-p", str(SSH_PORT), "-i", str(KEY), "-o", "StrictHostKeyChecking=no",
-             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-             f"deploy@{address(1)}", "true"],
-            capture_output=True, check=False,
-        )  # fmt: skip
-        if probe.returncode == 0:
-            return
-        time.sleep(0.5)
-    raise RuntimeError(f"sshd in container {SSHD} did not answer on {address(1)}:{SSH_PORT} within 30 s")
+    ssh_fleet.start_sshd(SSHD, SSH_PORT, shared=[BENCH_DIR, SHM_DIR],
+                         mounts={workdir: "/opt/bench", smi: "/usr/local/bin/nvidia-smi"})  # fmt: skip
 
 
 def stop_sshd() -> None:
-    subprocess.run(["docker", "rm", "-f", SSHD], capture_output=True, check=False)
+    ssh_fleet.stop_sshd(SSHD)
 
 
 def write_inventory(
@@ -142,7 +109,7 @@ def write_inventory(
     ``gate_on_host``: the production default, each gate in a container next to its server (the
     folders it mounts are bind mounts of the machine's), with LIGHT_GATE; otherwise on the controller."""
     per_host = {
-        host_name(i): {"ansible_host": address(i)} | ({
+        host_name(i): ssh_fleet.host_vars(i, SSH_PORT) | ({
             "sglang_server_port": BASE_PORT + i,
             "sglang_server_container_name": f"bench-sglang-{host_name(i)}",
             "flashinfer_cache_volume_prefix": f"bench-fic-{host_name(i)}",
@@ -156,9 +123,6 @@ def write_inventory(
     }  # fmt: skip
     return local_fleet.write_inventory(
         directory, per_host, serial,
-        ansible_connection="ssh", ansible_port=SSH_PORT, ansible_user="deploy", ansible_become=True,
-        ansible_ssh_private_key_file=str(KEY), ansible_python_interpreter="/usr/bin/python3",
-        ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
         sglang_gpu_host_prepare=gpu_checks, sglang_gpu_count=1, sglang_gpu_min_memory_gib=100, sglang_server_tp_size=1,
         sglang_gpu_arch="90", gpu_host_kernel_log_command=["cat", "/opt/bench/kern.log"],
         sglang_server_ready_timeout_s=600,  # many servers start at once on 2 cores

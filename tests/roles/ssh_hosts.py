@@ -14,13 +14,10 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
-from roles_testlib import REPO
-
-IMAGE = "local/sglang-molecule-host:latest"
-KEY = Path("/tmp/sglang-molecule-ssh/id_ed25519")
+from testengine.ssh_fleet import HOST_IMAGE as IMAGE
+from testengine.ssh_fleet import KEY, build_host_image, host_vars
 
 
 def docker(*args: str, check: bool = True) -> str:
@@ -29,12 +26,6 @@ def docker(*args: str, check: bool = True) -> str:
     if check and run.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
     return run.stdout.strip()
-
-
-def build_image() -> None:
-    """The instance image and its key: a no-op when they are there and current. Never a skip: CI
-    builds the other instance images in the background while the docker stage runs."""
-    subprocess.run(["bash", str(REPO / "molecule/resources/build-instance.sh")], check=True, capture_output=True)
 
 
 def remove(containers: Sequence[str], network: str) -> None:
@@ -54,7 +45,7 @@ def ssh_hosts(
     image already is): preflight asks every host's docker, and the stages run containers.
     ``leftovers``: containers the hosts' stages make on this machine's daemon that a failed or frozen
     run may leave, removed before and after."""
-    build_image()
+    build_host_image()
     containers = [f"{prefix}{n}" for n in names]
     remove([*containers, *leftovers], network)  # a run killed earlier may have left them
     try:
@@ -82,14 +73,5 @@ def ssh_hosts(
 
 
 def connection(ip: str) -> dict[str, Any]:
-    """The inventory variables of one SSH test host. The inventory's own ssh options come on top of
-    ansible.cfg's ssh_args (its keepalives kept), as the README's "SSH settings" asks of an inventory."""
-    return {
-        "ansible_connection": "ssh",
-        "ansible_host": ip,
-        "ansible_user": "deploy",
-        "ansible_become": True,
-        "ansible_python_interpreter": "/usr/bin/python3",
-        "ansible_ssh_private_key_file": str(KEY),
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
-    }
+    """The inventory variables of the SSH test host at ``ip`` (port 22): testengine.ssh_fleet's."""
+    return host_vars(1, 22) | {"ansible_host": ip}

@@ -3,10 +3,13 @@ config serving and the host back in rotation, or the host left drained ON PURPOS
 the summary and the fleet state file; and a host an earlier run left drained goes back right after
 the next run's preflight, before the canary play changes anything.
 
-Real `ansible-playbook deploy.yml` over ONE test-engine host on this machine (the TEST ENGINE, an
-SGLang-API-compatible stand-in: no GPU here). It is deployed once (release-a, gates off: its config
-becomes the last good one without a gate, to keep the file short), then each failure point is
-injected in turn as a deploy of release-b:
+Real `ansible-playbook deploy.yml` over ONE SSH test host (testengine.ssh_fleet: a loopback address
+of an sshd container of the molecule host image, reached with `become` through sudo and the
+project's ansible.cfg) whose server is the TEST ENGINE, an SGLang-API-compatible stand-in: no GPU
+here. Its containers run on this machine's Docker daemon; the test's folders (state, hooks log,
+reports) are shared at the same path, so the test reads what the host wrote. It is deployed once
+(release-a, gates off: its config becomes the last good one without a gate, to keep the file
+short), then each failure point is injected in turn as a deploy of release-b:
 
 - left drained on purpose: no last good record on the host, the dockerd restart fails;
 - render: a setting release-b (posing as SGLang 0.5.23) has no flag for (--stream-output); this
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -43,6 +45,7 @@ from typing import Any
 import pytest
 from roles_testlib import deploy, docker_json, docker_ok, recorded_nvidia_smi, remove_test_fleet
 
+from testengine import ssh_fleet
 from testengine.harness import free_port
 from testengine.local_fleet import short_gate_config, write_inventory
 
@@ -50,6 +53,7 @@ RELEASE_A = "local/sglang-test-engine:release-a"
 RELEASE_B = "local/sglang-test-engine:release-b"
 HOST = "drain-h1"
 PREFIX = "drain"  # containers drain-sglang-<host>, volumes drain-fic-<host>-* (remove_test_fleet)
+SSHD = "drain-sshd"  # the sshd container of the SSH test host
 
 
 def _missing() -> str:
@@ -71,6 +75,7 @@ class Host:
     tmp: Path
     inventory: Path
     port: int
+    ssh_port: int
     step: int = 0
     saved_last_good: str = ""
 
@@ -125,11 +130,10 @@ class Host:
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     tmp = tmp_path_factory.mktemp("drain")
     hook = ["sh", "-c", 'echo "$SGLANG_DEPLOY_HOOK $SGLANG_DEPLOY_HOST" >> "$0"', str(tmp / "hooks.log")]
-    port = free_port()
+    port, ssh_port = free_port(), free_port()
     hosts = {
         HOST: {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
+            **ssh_fleet.host_vars(1, ssh_port),
             "sglang_server_port": port,
             "sglang_server_container_name": f"{PREFIX}-sglang-{HOST}",
             "flashinfer_cache_volume_prefix": f"{PREFIX}-fic-{HOST}",
@@ -144,12 +148,14 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
         sglang_metrics_textfile_dir=str(tmp / "textfile"),
     )  # fmt: skip
     remove_test_fleet([HOST], PREFIX)
-    h = Host(tmp=tmp, inventory=inv, port=port)
+    h = Host(tmp=tmp, inventory=inv, port=port, ssh_port=ssh_port)
+    # every folder of this session's tests (the module's, each test's tmp_path) at the same path on the host
     try:
-        run_id, run = h.deploy(sglang_gate_enabled=False)  # the first deploy: release-a, its config the last good one
-        assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
-        assert h.summary(run_id)["hosts"][0]["outcome"] == "ok" and h.last_good()["image_ref"] == RELEASE_A
-        yield h
+        with ssh_fleet.loopback_sshd(SSHD, ssh_port, shared=[tmp_path_factory.getbasetemp()]):
+            run_id, run = h.deploy(sglang_gate_enabled=False)  # the first deploy: release-a, the last good config
+            assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+            assert h.summary(run_id)["hosts"][0]["outcome"] == "ok" and h.last_good()["image_ref"] == RELEASE_A
+            yield h
     finally:
         remove_test_fleet([HOST], PREFIX)
         subprocess.run(["docker", "rm", "-f", f"{PREFIX}-probe-{HOST}"], capture_output=True, check=False)
@@ -289,8 +295,8 @@ def test_a_failed_allreduce_check_restarts_the_stopped_server_and_undrains(host:
 
 
 def test_a_host_lost_after_its_drain_is_rolled_back_in_the_next_runs_repair_play_and_put_back(host: Host) -> None:
-    """The host goes silent at its gate (drained, release-b started: an SSH port nobody answers on from
-    that stage on), so the run records it unreachable, pending repair, drained. The next run's put-back
+    """The host goes silent at its gate (drained, release-b started: from that stage on, its SSH port is
+    one nobody answers on), so the run records it unreachable, pending repair, drained. The next run's put-back
     leaves it drained (pending repair is the repair play's), the repair play finishes it with the
     unfinished run's image: release-b fails its gate (the engine crashes under load), so it is rolled
     back to its last good config AND put back in rotation; the run ends there (its only host failed)."""
@@ -299,8 +305,8 @@ def test_a_host_lost_after_its_drain_is_rolled_back_in_the_next_runs_repair_play
     host_vars = host.inventory / "host_vars" / f"{HOST}.yml"
     host_vars.parent.mkdir(exist_ok=True)
     host_vars.write_text(
-        "ansible_connection: \"{{ 'ssh' if (sglang_rollout_stage | default('')) == 'gate' else 'local' }}\"\n"
-        "ansible_host: 127.0.0.1\nansible_port: 1\nansible_ssh_common_args: -o ConnectTimeout=3\n"
+        f"ansible_port: \"{{{{ 1 if (sglang_rollout_stage | default('')) == 'gate' else {host.ssh_port} }}}}\"\n"
+        f"ansible_ssh_common_args: {ssh_fleet.SSH_OPTIONS} -o ConnectTimeout=3\n"
     )
     try:
         lost_id, lost = host.deploy(sglang_image=RELEASE_B, **fault)

@@ -1,6 +1,8 @@
 """Waves that spare each GPU profile, and rollout settings read by Ansible's own precedence.
 
-Real `ansible-playbook deploy.yml` over test-engine "hosts" on this machine (local connection):
+Real `ansible-playbook deploy.yml` over SSH test hosts (testengine.ssh_fleet: loopback addresses of
+one sshd container of the molecule host image, `become` through sudo, the project's ansible.cfg;
+their servers, where a run starts one, are the TEST ENGINE on this machine's Docker daemon):
 five of profile rtx (w-r1..w-r5, group rtx) and two of profile b200 (w-b1, w-b2, group b200);
 the canaries are w-r1 and w-b1. The first runs are narrowed with a tag that matches no task, so
 only what runs whatever the tags runs (preflight, the plan, the plays and their batches, records,
@@ -17,13 +19,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from roles_testlib import deploy, docker_ok, remove_test_fleet
 
+from testengine import ssh_fleet
+from testengine.harness import free_port
 from testengine.local_fleet import short_gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
@@ -35,7 +39,16 @@ NO_TASK = "waves_no_task"  # a tag no task has: only the tasks tagged always run
 WAVE = re.compile(r"Wave (\d+) of (\d+): ([^'\"\n]+)")
 
 
-def _inventory(tmp: Path, main: dict, groups: dict[str, dict] | None = None) -> Path:
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The sshd of this module's SSH test hosts (its port); every folder of this session's tests at the
+    same path on the hosts."""
+    port = free_port()
+    with ssh_fleet.loopback_sshd("waves-sshd", port, shared=[tmp_path_factory.getbasetemp()]):
+        yield port
+
+
+def _inventory(tmp: Path, ssh_port: int, main: dict, groups: dict[str, dict] | None = None) -> Path:
     """Hosts in groups rtx and b200 under sglang_servers; ``main`` added to group_vars/all/main.yml,
     ``groups``: group name -> its group_vars file."""
     inv = tmp / "inventory"
@@ -43,8 +56,7 @@ def _inventory(tmp: Path, main: dict, groups: dict[str, dict] | None = None) -> 
     for profile, names in PROFILES.items():
         for name in names:
             hosts[name] = {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
+                **ssh_fleet.host_vars(len(hosts) + 1, ssh_port),
                 "sglang_server_port": BASE_PORT + len(hosts),
                 "sglang_server_container_name": f"waves-sglang-{name}",
                 "flashinfer_cache_volume_prefix": f"waves-fic-{name}",
@@ -73,12 +85,12 @@ def _summary(tmp: Path, run_id: str) -> dict:
     return json.loads((tmp / "reports" / run_id / "rollout-summary.json").read_text())
 
 
-def test_serial_in_main_yml_and_a_profiles_cap_in_its_group_vars_make_the_batches(tmp_path):
+def test_serial_in_main_yml_and_a_profiles_cap_in_its_group_vars_make_the_batches(tmp_path, sshd):
     # serial in group_vars/all/main.yml; the rtx profile's cap in group_vars/rtx.yml (2 of 5), the
     # b200 profile's the default 25 % of 2 -> 1. Ansible's serial [1, "100%"] alone would run
     # w-r2 | w-r3, w-r4, w-r5, w-b2 (3 rtx at once, inventory order).
     main, rtx = {"sglang_rollout_serial": [1, "100%"]}, {"sglang_rollout_max_out_per_profile": 2}
-    inv = _inventory(tmp_path, main, {"rtx": rtx})
+    inv = _inventory(tmp_path, sshd, main, {"rtx": rtx})
     run = deploy(inv, "20261207T100000Z", "--tags", NO_TASK)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
@@ -99,11 +111,11 @@ def test_serial_in_main_yml_and_a_profiles_cap_in_its_group_vars_make_the_batche
            "1: w-r2; 2: w-r3, w-r4, w-b2; 3: w-r5." in md, md  # fmt: skip
 
 
-def test_serial_and_cap_in_a_groups_vars_and_a_bad_cap_refused_by_preflight(tmp_path):
+def test_serial_and_cap_in_a_groups_vars_and_a_bad_cap_refused_by_preflight(tmp_path, sshd):
     # serial in the vars of group sglang_servers (not all), the cap for every host in all/main.yml:
     # waves of 2 of the 5 wave hosts, in inventory order (no profile holds them back)
     main, servers = {"sglang_rollout_max_out_per_profile": "100%"}, {"sglang_rollout_serial": [2]}
-    inv = _inventory(tmp_path, main, {"sglang_servers": servers})
+    inv = _inventory(tmp_path, sshd, main, {"sglang_servers": servers})
     run = deploy(inv, "20261207T110000Z", "--tags", NO_TASK)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
@@ -123,7 +135,7 @@ def test_serial_and_cap_in_a_groups_vars_and_a_bad_cap_refused_by_preflight(tmp_
     assert "PLAY [Canaries" not in log and not (tmp_path / "reports" / "20261207T120000Z").exists()
 
 
-def test_the_inventorys_rollback_false_is_not_overridden(tmp_path):
+def test_the_inventorys_rollback_false_is_not_overridden(tmp_path, sshd):
     """sglang_rollout_rollback: false in group_vars/all/main.yml (no rollout.yml): a canary whose gate
     fails keeps its failed server running, as the inventory asks (the playbook's defaults used to
     win over it and stop the container)."""
@@ -132,8 +144,7 @@ def test_the_inventorys_rollback_false_is_not_overridden(tmp_path):
     try:
         inv = tmp_path / "inventory"
         host = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
+            **ssh_fleet.host_vars(20, sshd),
             "sglang_server_port": BASE_PORT + 20,
             "sglang_server_container_name": f"waves-sglang-{name}",
             "flashinfer_cache_volume_prefix": f"waves-fic-{name}",
