@@ -3,10 +3,11 @@ taken on every host of the run in preflight, before any host changes, and releas
 
 Real `ansible-playbook deploy.yml` from two "controllers" that share nothing but the hosts: two
 inventories (their own paths, reports folders, SSH control sockets and host names) whose hosts are
-the same three hosts. The race runs on SSH test hosts (tests/roles/ssh_hosts.py: sshd containers,
-`become`, the lock under /var/lib/sglang-deploy as on a GPU host); the lock's other behaviours
-(held, stale, broken, lost mid-run, heartbeat) on three local-connection hosts, i.e. three
-`sglang_server_state_dir` folders, where a test can plant and watch a lock file. Narrowed with
+the same three hosts. Every test runs on SSH test hosts, with `become` through sudo: the race on
+three sshd containers (tests/roles/ssh_hosts.py; the lock under /var/lib/sglang-deploy as on a GPU
+host); the lock's other behaviours (held, stale, broken, lost mid-run, heartbeat) on three loopback
+addresses of one sshd (testengine.ssh_fleet) whose `sglang_server_state_dir` folders are the test's
+own, shared at the same path, where the test can plant and watch a lock file. Narrowed with
 `--tags gpu_host` and `sglang_gpu_host_prepare: false`, so that only the run's own bookkeeping and
 the lock run: what is asserted is the lock, not the deploy (test_roles_local_rollout.py has that).
 """
@@ -16,15 +17,17 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
 from ssh_hosts import connection, ssh_hosts
 
+from testengine import ssh_fleet
+from testengine.harness import free_port
 from testengine.local_fleet import write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]
@@ -32,18 +35,24 @@ pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="ne
 HOSTS = 3
 
 
-def _controller(tmp: Path, name: str, reverse: bool = False) -> Path:
-    """One controller's inventory: hosts <name>1..3 on the shared state folders, its own reports.
-    ``reverse``: <name>1 is the third host's folder (a run with one fork takes its locks in the
-    opposite order of the other controller's, so two runs started at once meet in the middle)."""
-    hosts = {
-        f"{name}{i}": {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "sglang_server_state_dir": str(tmp / f"host{HOSTS + 1 - i if reverse else i}"),
-        }
-        for i in range(1, HOSTS + 1)
-    }
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The sshd of the loopback SSH test hosts (its port); every folder of this session's tests at
+    the same path on the hosts."""
+    port = free_port()
+    with ssh_fleet.loopback_sshd("lock-sshd", port, shared=[tmp_path_factory.getbasetemp()]):
+        yield port
+
+
+def _controller(tmp: Path, name: str, ssh_port: int, reverse: bool = False) -> Path:
+    """One controller's inventory: hosts <name>1..3 (loopback SSH hosts 1..3) on the test's state
+    folders, its own reports. ``reverse``: <name>1 is the third host (a run with one fork takes its
+    locks in the opposite order of the other controller's, so two runs started at once meet in the
+    middle)."""
+    hosts = {}
+    for i in range(1, HOSTS + 1):
+        n = HOSTS + 1 - i if reverse else i
+        hosts[f"{name}{i}"] = {**ssh_fleet.host_vars(n, ssh_port), "sglang_server_state_dir": str(tmp / f"host{n}")}
     return _inventory(tmp, name, hosts)
 
 
@@ -198,8 +207,8 @@ def test_two_controllers_started_at_once_on_ssh_hosts_exactly_one_rolls(tmp_path
             _stop_all(started, tmp_path)
 
 
-def test_held_stale_check_and_break(tmp_path):
-    a = _controller(tmp_path, "a")
+def test_held_stale_check_and_break(tmp_path, sshd):
+    a = _controller(tmp_path, "a", sshd)
     held = _hold(tmp_path, 2, heartbeat_age_s=30)
     # a fresh lock of another run: refused, named, left as it was; nothing changed, nothing held
     rc, out = _deploy(a, "second")
@@ -252,11 +261,11 @@ def test_held_stale_check_and_break(tmp_path):
     assert _locks(tmp_path) == {}
 
 
-def test_a_run_stopped_by_a_failed_host_lets_go_of_every_host_it_holds(tmp_path):
+def test_a_run_stopped_by_a_failed_host_lets_go_of_every_host_it_holds(tmp_path, sshd):
     """Host 3's lock is broken by another run while this run works on host 1 (the canary): host 3
     fails at its turn with nothing changed, that batch stops the run, and the run releases its lock
     on hosts 1 and 2 before it stops; the other run's lock on host 3 is not this run's to remove."""
-    a = _controller(tmp_path, "a")
+    a = _controller(tmp_path, "a", sshd)
     lock3 = tmp_path / "host3" / "rollout.lock"
     broken: list[str] = []
 
@@ -283,11 +292,11 @@ def test_a_run_stopped_by_a_failed_host_lets_go_of_every_host_it_holds(tmp_path)
     assert record["outcome"] == "failed" and "is no longer run stopped's" in record["failure"]
 
 
-def test_the_run_keeps_every_hosts_heartbeat_fresh(tmp_path):
+def test_the_run_keeps_every_hosts_heartbeat_fresh(tmp_path, sshd):
     """Host 1 (the canary) is worked on first; its lock is refreshed later too, at the batches' start
     (every host, once a quarter of sglang_rollout_host_lock_stale_s has passed: 1 s here). Without
     that refresh its lock would show three heartbeats: the take, the 'holding' mark, its own turn."""
-    a = _controller(tmp_path, "a")
+    a = _controller(tmp_path, "a", sshd)
     lock1 = tmp_path / "host1" / "rollout.lock"
     beats: set[float] = set()
     done = threading.Event()

@@ -18,12 +18,12 @@ short), then each failure point is injected in turn as a deploy of release-b:
 - dockerd restart: the restart command (gpu_host_docker_restart_command, the stand-in for the
   service restart) fails;
 - all-reduce: the measurement's stand-in (gpu_host_allreduce_command: the real one needs GPUs and
-  sglang_engine sglang) reports a failed measurement; the server was stopped for it.
+  sglang_engine sglang) reports a failed measurement; the server was stopped for it;
+- server start: release-b's container exits at start (the engine refuses a setting);
+- gate: a host lost at its gate, whose gate fails when the next run's repair play finishes it.
 
-The server start and gate failure points (the new container never ready, or dying under the gate's
-load) are tests/roles/test_roles_local_rollout.py's (test_crash_looping_server_..., test_gate_failure_
-...): the same assertions (last good config serving, drain then undrain, nothing out of rotation in
-the summary and the fleet state file) on a host that module deployed already.
+tests/roles/test_roles_local_rollout.py checks the start and gate failures on the local connection
+too (a server never ready, one dying under the gate's load, the caches kept).
 
 The render and cache failures come after the drain only when host maintenance drained the host
 first (a pending dockerd restart, here a harmless stand-in command): that is when they stranded it.
@@ -292,6 +292,19 @@ def test_a_failed_allreduce_check_restarts_the_stopped_server_and_undrains(host:
     assert host.container()["State"]["StartedAt"] != before  # stopped for the check, started again
     assert record["failed_task"] == "Stop when the interconnect is slower than the GPU profile's floor", record
     assert "stand-in: NCCL timeout after 300 s" in " ".join(record["messages"]), record
+
+
+def test_a_server_that_fails_to_start_after_the_drain_is_rolled_back_and_undrained(host: Host) -> None:
+    """release-b's server exits at start (the engine refuses a setting), after the host was drained and
+    release-a's server stopped: the readiness wait fails at once with the container's last words, and
+    release-a serves again, back in rotation."""
+    seen = len(host.hooks())
+    run_id, run = host.deploy(
+        sglang_image=RELEASE_B, sglang_test_engine_env={"TEST_ENGINE_PREFILL_TOK_S": "-1"},
+    )  # fmt: skip
+    record = _back_on_last_good(host, run_id, run, seen, [f"drain {HOST}", f"undrain {HOST}"])
+    assert record["gate"] == "not-ready", record
+    assert "--engine-prefill-tok-s: must be > 0" in run.stdout + run.stderr  # the container's own last words
 
 
 def test_a_host_lost_after_its_drain_is_rolled_back_in_the_next_runs_repair_play_and_put_back(host: Host) -> None:
