@@ -10,6 +10,12 @@ capped, then the wave play runs them as planned: its hosts in the plan's order (
 read as Ansible reads them (rules.Share): the serial sizes of the run's hosts, a profile's cap of
 that profile's hosts in the run.
 
+A host an earlier run left out of rotation (``out``: the fleet state's drained hosts) is out before
+this run takes any: it goes first among the hosts of the waves, so it counts against its profile's
+cap in the earliest wave, and no wave takes another host of its profile out while it is still
+waiting (it is back once its own turn passes). Preflight also picks it as its profile's canary when
+it can (playbooks/preflight.yml).
+
 Play keywords (``serial``, ``max_fail_percentage``) are templated once per play, with no host's
 variables; so preflight resolves the settings here from every host's variables (any group_vars,
 host_vars or -e, Ansible's precedence; the defaults of preflight/variables.yml the lowest) and the
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .rules import Share, parse_serial, parse_share
@@ -43,6 +49,7 @@ class Plan:
     caps: dict[str, int]  # profile -> most of its hosts in one wave
     profile_hosts: dict[str, int]  # profile -> its hosts in the run (canaries and pending included)
     profiles: dict[str, str]  # host -> profile, for the hosts of the waves
+    out_first: list[str] = field(default_factory=list)  # wave hosts out of rotation before the run, put first
 
     @property
     def sizes(self) -> list[int]:
@@ -60,6 +67,7 @@ class Plan:
             "caps": self.caps,
             "profile_hosts": self.profile_hosts,
             "per_wave": [dict(Counter(self.profiles[h] for h in w)) for w in self.waves],
+            "out_first": self.out_first,
             "text": self.describe(),
         }
 
@@ -74,6 +82,8 @@ class Plan:
             f"sglang_rollout_max_out_per_profile: {caps or '-'})"
         )
         lines = [head]
+        if self.out_first:
+            lines.append(f"out of rotation since an earlier run, first in the waves: {', '.join(self.out_first)}")
         for i, wave in enumerate(self.waves, 1):
             counts = Counter(self.profiles[h] for h in wave)
             lines.append(f"wave {i}: {', '.join(wave)} ({', '.join(f'{_name(p)} {n}' for p, n in counts.items())})")
@@ -124,11 +134,17 @@ def _one_value(variable: str, by_host: Mapping[str, Any], scope: str) -> Any:
     return next(iter(by_host.values()))
 
 
-def plan(run_hosts: Sequence[str], settings: Mapping[str, Mapping[str, Any]], done: Sequence[str] = ()) -> Plan:
+def plan(
+    run_hosts: Sequence[str],
+    settings: Mapping[str, Mapping[str, Any]],
+    done: Sequence[str] = (),
+    out: Sequence[str] = (),
+) -> Plan:
     """The plan of a run: ``run_hosts`` in order, ``settings`` each host's typed values of SETTINGS and
     its profile (PROFILE, "" for none), ``done`` the hosts earlier plays roll (pending, canaries),
-    which no wave takes but which count in the percentages. ValueError names the variable when a
-    setting is not a count or percentage, or differs between hosts that must share it."""
+    which no wave takes but which count in the percentages, ``out`` the hosts out of rotation since
+    an earlier run (put first, in run order). ValueError names the variable when a setting is not a
+    count or percentage, or differs between hosts that must share it."""
     if not run_hosts:
         return Plan([], [Share(count=1)], 0, {}, {}, {})
     serial = parse_serial(_one_value(SERIAL, {h: settings[h][SERIAL] for h in run_hosts}, "the whole run"))
@@ -140,5 +156,8 @@ def plan(run_hosts: Sequence[str], settings: Mapping[str, Mapping[str, Any]], do
         members = {h: settings[h][CAP] for h in run_hosts if profiles[h] == profile}
         share = parse_share(_one_value(CAP, members, f"GPU profile {profile or '(none)'}"), CAP)
         caps[profile] = share.of(profile_hosts[profile])
-    waves = plan_waves([(h, profiles[h]) for h in run_hosts if h not in set(done)], serial, caps, len(run_hosts))
-    return Plan(waves, serial, max_fail, caps, profile_hosts, {h: profiles[h] for w in waves for h in w})
+    todo = [h for h in run_hosts if h not in set(done)]
+    first = [h for h in todo if h in set(out)]
+    ordered = first + [h for h in todo if h not in set(first)]
+    waves = plan_waves([(h, profiles[h]) for h in ordered], serial, caps, len(run_hosts))
+    return Plan(waves, serial, max_fail, caps, profile_hosts, {h: profiles[h] for w in waves for h in w}, first)

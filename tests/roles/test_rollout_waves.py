@@ -111,6 +111,27 @@ def test_serial_in_main_yml_and_a_profiles_cap_in_its_group_vars_make_the_batche
            "1: w-r2; 2: w-r3, w-r4, w-b2; 3: w-r5." in md, md  # fmt: skip
 
 
+def test_hosts_an_earlier_run_left_out_of_rotation_are_the_canary_and_the_first_wave(tmp_path, sshd):
+    """The fleet state says w-r3 and w-r4 are out of rotation (drained by a run that stopped). They are
+    out before this run takes any host: w-r3 is the rtx canary (not w-r1, the first in inventory
+    order), w-r4 is the first wave alone, and the rtx cap of 2 holds in every wave, counting them."""
+    main, rtx = {"sglang_rollout_serial": [1, "100%"]}, {"sglang_rollout_max_out_per_profile": 2}
+    inv = _inventory(tmp_path, sshd, main, {"rtx": rtx})
+    drained = {"drained": True, "drained_by": "20261206T0900Z", "drained_why": "gate failed, no last good config"}
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "fleet-state.json").write_text(json.dumps(
+        {"schema": 1, "hosts": {"w-r3": drained, "w-r4": drained}, "image_in_flight": {}}
+    ))  # fmt: skip
+    run = deploy(inv, "20261207T140000Z", "--tags", NO_TASK)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    planned = [["w-r4"], ["w-r1", "w-r2", "w-b2"], ["w-r5"]]
+    assert _waves_run(log) == planned, log[-5000:]
+    summary = _summary(tmp_path, "20261207T140000Z")
+    assert summary["canaries"] == {"rtx": "w-r3", "b200": "w-b1"} and summary["waves"] == planned, summary
+    assert "out of rotation since an earlier run, first in the waves: w-r4" in " ".join(log.split())
+
+
 def test_serial_and_cap_in_a_groups_vars_and_a_bad_cap_refused_by_preflight(tmp_path, sshd):
     # serial in the vars of group sglang_servers (not all), the cap for every host in all/main.yml:
     # waves of 2 of the 5 wave hosts, in inventory order (no profile holds them back)
