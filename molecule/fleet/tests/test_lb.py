@@ -105,3 +105,27 @@ def test_a_host_was_out_of_rotation_only_between_its_drain_and_its_undrain(host,
     assert inside and all(not st.startswith("UP") for st in inside), inside
     # at the end, every host is back in rotation
     assert all(states[-1][name] == "UP" for name in HOSTS), states[-1]
+
+
+def test_host_maintenance_ran_under_the_load_balancer_between_the_drain_and_the_undrain(host):
+    """The first rollout found a dockerd restart pending on h1 and the all-reduce due (STAND-INS,
+    host_vars/mol-fleet-h1.yml): both ran after h1's drain, the server stopped for the all-reduce,
+    then release-b started and passed its gate before the undrain. No client request failed through
+    it (test_no_client_request_failed_through_three_rollouts): the drain came first."""
+    _once(host)
+    log = (EPH / "rollout-release-b.log").read_text()
+    h1 = "[mol-fleet-h1]"
+    order = [
+        ("TASK [sglang_server : Run the traffic hook command (drain)]", "changed: [mol-fleet-h1 -> localhost]"),
+        ("TASK [sglang_server : Stop the drained server (its GPUs are needed)]", "changed: " + h1),
+        ("TASK [gpu_host : Restart dockerd (gpu_host_docker_restart_command)]", "changed: " + h1),
+        ("TASK [gpu_host : Report the all-reduce bandwidth]", "bus bandwidth 321.0 GB/s at 256 MB over 1 GPUs"),
+        ("TASK [sglang_server : Run the traffic hook command (undrain)]", "changed: [mol-fleet-h1 -> localhost]"),
+    ]
+    at = 0
+    for task, result in order:
+        at = log.find(task, at)
+        assert at >= 0, f"{task} missing after the step before it"
+        assert result in log[at : log.find("TASK [", at + 1)], (task, log[at : at + 1500])
+    first = json.loads((EPH / "lb-hooks.jsonl").read_text().splitlines()[0])
+    assert (first["host"], first["action"]) == ("mol-fleet-h1", "drain"), first
