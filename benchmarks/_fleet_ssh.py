@@ -109,7 +109,7 @@ def write_inventory(
     ``gate_on_host``: the production default, each gate in a container next to its server (the
     folders it mounts are bind mounts of the machine's), with LIGHT_GATE; otherwise on the controller."""
     per_host = {
-        host_name(i): ssh_fleet.host_vars(i, SSH_PORT) | ({
+        host_name(i): {"ansible_host": ssh_fleet.address(i)} | ({
             "sglang_server_port": BASE_PORT + i,
             "sglang_server_container_name": f"bench-sglang-{host_name(i)}",
             "flashinfer_cache_volume_prefix": f"bench-fic-{host_name(i)}",
@@ -121,8 +121,10 @@ def write_inventory(
         } if distinct else {})
         for i in range(1, hosts + 1)
     }  # fmt: skip
+    # the connection of every host (the sshd's port, the user, become, the key) is the group's
+    connection = {k: v for k, v in ssh_fleet.host_vars(1, SSH_PORT).items() if k != "ansible_host"}
     return local_fleet.write_inventory(
-        directory, per_host, serial,
+        directory, per_host, serial, **connection,
         sglang_gpu_host_prepare=gpu_checks, sglang_gpu_count=1, sglang_gpu_min_memory_gib=100, sglang_server_tp_size=1,
         sglang_gpu_arch="90", gpu_host_kernel_log_command=["cat", "/opt/bench/kern.log"],
         sglang_server_ready_timeout_s=600,  # many servers start at once on 2 cores

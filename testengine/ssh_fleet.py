@@ -58,6 +58,16 @@ def host_vars(i: int, port: int) -> dict[str, Any]:
     }
 
 
+def lost_from(condition: str, port: int) -> dict[str, Any]:
+    """Host variables (over host_vars()) of an SSH test host that is lost once ``condition`` holds (a
+    Jinja expression on the host's variables, e.g. ``sglang_rollout_stage is defined``): from then on
+    its SSH port is 1, where nobody answers (a 3 s connect timeout); before, the sshd's ``port``."""
+    return {
+        "ansible_port": f"{{{{ 1 if ({condition}) else {port} }}}}",
+        "ansible_ssh_common_args": f"{SSH_OPTIONS} -o ConnectTimeout=3",
+    }
+
+
 def answers(i: int, port: int) -> bool:
     """Whether host ``i`` takes an SSH login with the key now."""
     probe = subprocess.run(

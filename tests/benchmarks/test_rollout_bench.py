@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from testengine import ssh_fleet
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 SPEC = importlib.util.spec_from_file_location("rollout_bench", ROOT / "benchmarks" / "rollout.py")
@@ -66,9 +68,9 @@ def test_stage_times_are_the_median_over_the_hosts_records(tmp_path: Path):
 
 
 def test_hosts_are_distinct_loopback_addresses_and_a_255th_is_refused():
-    assert [fs.address(i) for i in (1, 2, 200)] == ["127.0.1.1", "127.0.1.2", "127.0.1.200"]
+    assert [ssh_fleet.address(i) for i in (1, 2, 200)] == ["127.0.1.1", "127.0.1.2", "127.0.1.200"]
     with pytest.raises(ValueError, match=r"outside 1\.\.254"):
-        fs.address(255)
+        ssh_fleet.address(255)
 
 
 def test_the_fleet_inventory_is_production_shaped(tmp_path: Path):

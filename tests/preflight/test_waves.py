@@ -128,6 +128,40 @@ def test_a_host_out_of_rotation_that_a_canary_or_repair_play_rolls_is_in_no_wave
     assert plan.waves[0] == ["r1"] and "out of rotation" not in " ".join(plan.describe())
 
 
+def test_what_the_plays_and_the_summary_read_of_a_plan():
+    """The dict preflight keeps on the controller (sglang_rollout_waves): the wave play's serial and
+    host order, max_fail_percentage, and what the summary prints. The last serial size repeats."""
+    settings = _settings("50%", serial=(1, "20%"))
+    for values in settings.values():
+        values["sglang_rollout_max_fail_percentage"] = 20
+    plan = waves.plan(FLEET, settings, CANARIES, out=["r7"])
+    assert plan.as_dict() == {
+        "waves": [["r7"], ["r2", "r3"], ["r4", "r5"], ["r6", "r8"], ["b2"]],
+        "sizes": [1, 2, 2, 2, 1],
+        "hosts": ["r7", "r2", "r3", "r4", "r5", "r6", "r8", "b2"],
+        "serial": [1, "20%"],
+        "max_fail_percentage": 20,
+        "caps": {"rtx": 4, "b200": 1},
+        "profile_hosts": {"rtx": 8, "b200": 2},
+        "per_wave": [{"rtx": 1}, {"rtx": 2}, {"rtx": 2}, {"rtx": 2}, {"b200": 1}],
+        "out_first": ["r7"],
+        "text": [
+            "Waves after the canaries: 5 (sglang_rollout_serial 1, 20% of 10 hosts; at most per GPU profile, "
+            "sglang_rollout_max_out_per_profile: rtx 4 of 8, b200 1 of 2)",
+            "out of rotation since an earlier run, first in the waves: r7",
+            "wave 1: r7 (rtx 1)", "wave 2: r2, r3 (rtx 2)", "wave 3: r4, r5 (rtx 2)", "wave 4: r6, r8 (rtx 2)",
+            "wave 5: b2 (b200 1)",
+        ],
+    }  # fmt: skip
+    # a serial of one size repeats it: 3 at a time
+    assert waves.plan(FLEET, _settings("100%", serial=(3,)), CANARIES).sizes == [3, 3, 2]
+
+
+def test_a_run_with_no_hosts_has_no_waves():
+    plan = waves.plan([], {})
+    assert (plan.waves, plan.sizes, plan.as_dict()["hosts"], plan.max_fail_percentage) == ([], [], [], 0)
+
+
 def test_serial_must_be_one_value_for_the_run():
     settings = _settings(1)
     settings["b2"]["sglang_rollout_serial"] = [2]
@@ -137,6 +171,22 @@ def test_serial_must_be_one_value_for_the_run():
         "sglang_rollout_serial must be one value for the whole run, the hosts hold [1, 5, '25%'] on r1, r2, r3, r4 "
         "and more; [2] on b2: set it once for them"
     )
+
+
+def test_max_fail_must_be_one_value_and_a_bad_cap_names_the_variable():
+    settings = _settings(1, hosts=["r1", "r2", "r3", "r4"])
+    settings["r4"]["sglang_rollout_max_fail_percentage"] = 10
+    with pytest.raises(ValueError) as err:
+        waves.plan(["r1", "r2", "r3", "r4"], settings, ["r1"])
+    assert str(err.value) == (
+        "sglang_rollout_max_fail_percentage must be one value for the whole run, the hosts hold 0 on r1, r2, r3; "
+        "10 on r4: set it once for them"
+    )
+    settings = _settings("half", hosts=["x1", "x2"])
+    for h in settings:
+        settings[h]["sglang_gate_baseline_group"] = None  # no profile
+    with pytest.raises(ValueError, match=r"^sglang_rollout_max_out_per_profile: 'half' is not a count of hosts"):
+        waves.plan(["x1", "x2"], settings, ["x1"])
 
 
 def test_the_cap_is_one_value_per_profile_and_may_differ_between_profiles():

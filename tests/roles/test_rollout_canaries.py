@@ -1,21 +1,25 @@
 """One canary per GPU profile: the first host of each sglang_gate_baseline_group rolls first, all
 canaries at once, before any wave; a failed canary stops the rollout before any other host.
 
-Real `ansible-playbook deploy.yml` over three test-engine hosts on this machine (local connection,
-each with its own container, port and cache volume): c-h1 and c-h2 in profile "g1", c-h3 in "g2",
-serial [1, "100%"]. Without per-profile canaries c-h3 would first be deployed in the 100 % wave.
+Real `ansible-playbook deploy.yml` over three SSH test hosts (testengine.ssh_fleet: loopback
+addresses of one sshd container, `become` through sudo, the project's ansible.cfg; each with its
+own TEST ENGINE container, port and cache volume on this machine's Docker daemon): c-h1 and c-h2
+in profile "g1", c-h3 in "g2", serial [1, "100%"]. Without per-profile canaries c-h3 would first
+be deployed in the 100 % wave.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from roles_testlib import deploy, docker_ok, remove_test_fleet
 
+from testengine import ssh_fleet
+from testengine.harness import free_port
 from testengine.local_fleet import short_gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
@@ -25,14 +29,22 @@ HOSTS = {"c-h1": "g1", "c-h2": "g1", "c-h3": "g2"}
 BASE_PORT = 31760
 
 
-def _inventory(tmp: Path, faulty: str = "") -> Path:
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The sshd of this module's SSH test hosts (its port); every folder of this session's tests at the
+    same path on the hosts."""
+    port = free_port()
+    with ssh_fleet.loopback_sshd("canary-sshd", port, shared=[tmp_path_factory.getbasetemp()]):
+        yield port
+
+
+def _inventory(tmp: Path, ssh_port: int, faulty: str = "") -> Path:
     inv = tmp / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     hosts = {}
     for i, (name, profile) in enumerate(HOSTS.items()):
         hosts[name] = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
+            **ssh_fleet.host_vars(i + 1, ssh_port),
             "sglang_server_port": BASE_PORT + i,
             "sglang_server_container_name": f"canary-sglang-{name}",
             "flashinfer_cache_volume_prefix": f"canary-fic-{name}",
@@ -59,10 +71,10 @@ def _record(tmp: Path, run_id: str, host: str) -> dict:
     return json.loads((tmp / "reports" / run_id / "hosts" / f"{host}.json").read_text())
 
 
-def test_each_profile_has_its_canary_before_any_wave(tmp_path):
+def test_each_profile_has_its_canary_before_any_wave(tmp_path, sshd):
     _cleanup()
     try:
-        run = deploy(_inventory(tmp_path), "20261206T100000Z")
+        run = deploy(_inventory(tmp_path, sshd), "20261206T100000Z")
         log = run.stdout + run.stderr
         assert run.returncode == 0, log[-5000:]
         canaries = log.index("PLAY [Canaries - one host of each GPU profile, before any wave]")
@@ -87,10 +99,10 @@ def test_each_profile_has_its_canary_before_any_wave(tmp_path):
         _cleanup()
 
 
-def test_a_failed_canary_stops_every_profile_before_the_wave(tmp_path):
+def test_a_failed_canary_stops_every_profile_before_the_wave(tmp_path, sshd):
     _cleanup()
     try:
-        run = deploy(_inventory(tmp_path, faulty="c-h3"), "20261206T110000Z")
+        run = deploy(_inventory(tmp_path, sshd, faulty="c-h3"), "20261206T110000Z")
         log = run.stdout + run.stderr
         assert run.returncode != 0, log[-5000:]
         # the failed canary ends the run in its own play: no wave starts

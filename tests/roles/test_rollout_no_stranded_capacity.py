@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from roles_testlib import deploy, docker_json, docker_ok, recorded_nvidia_smi, remove_test_fleet
 
 from testengine import ssh_fleet
@@ -317,10 +318,8 @@ def test_a_host_lost_after_its_drain_is_rolled_back_in_the_next_runs_repair_play
     fault = {"sglang_test_engine_env": {"TEST_ENGINE_FAULT": "crash_above:8", "TEST_ENGINE_COLD_START_S": "1"}}
     host_vars = host.inventory / "host_vars" / f"{HOST}.yml"
     host_vars.parent.mkdir(exist_ok=True)
-    host_vars.write_text(
-        f"ansible_port: \"{{{{ 1 if (sglang_rollout_stage | default('')) == 'gate' else {host.ssh_port} }}}}\"\n"
-        f"ansible_ssh_common_args: {ssh_fleet.SSH_OPTIONS} -o ConnectTimeout=3\n"
-    )
+    at_gate = "(sglang_rollout_stage | default('')) == 'gate'"
+    host_vars.write_text(yaml.safe_dump(ssh_fleet.lost_from(at_gate, host.ssh_port)))
     try:
         lost_id, lost = host.deploy(sglang_image=RELEASE_B, **fault)
     finally:

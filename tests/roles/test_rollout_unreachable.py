@@ -1,9 +1,10 @@
 """A host that becomes unreachable stops the rollout, is named, and is finished first next time.
 
-Real `ansible-playbook deploy.yml` runs over four test-engine hosts on this machine (local
-connection, each with its own container, port and cache volume): the canary u-h1, then waves
-of serial [2]: u-h2, u-h3 | u-h4. u-h2 answers preflight, then becomes an SSH host nobody
-answers for (127.0.0.1 port 1) once its rollout starts: Ansible runs neither
+Real `ansible-playbook deploy.yml` runs over four SSH test hosts (testengine.ssh_fleet: loopback
+addresses of one sshd container, `become` through sudo, the project's ansible.cfg; each host with
+its own TEST ENGINE container, port and cache volume on this machine's Docker daemon): the canary
+u-h1, then waves of serial [2]: u-h2, u-h3 | u-h4. u-h2 answers preflight, then becomes a host
+nobody answers for (its SSH port 1) once its rollout starts: Ansible runs neither
 rescue nor always for it and max_fail_percentage does not count it. The rollout must stop
 before u-h4's batch, the summary must name u-h2 as unreachable with the stage it was in, and the
 next run (u-h2 reachable again) must finish u-h2 before it touches u-h4.
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from roles_testlib import deploy, docker_ok, remove_test_fleet
 
+from testengine import ssh_fleet
+from testengine.harness import free_port
 from testengine.local_fleet import short_gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
@@ -28,8 +31,18 @@ HOSTS = ["u-h1", "u-h2", "u-h3", "u-h4"]
 BASE_PORT = 31700
 
 
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The sshd of this module's SSH test hosts (its port); every folder of this session's tests at the
+    same path on the hosts."""
+    port = free_port()
+    with ssh_fleet.loopback_sshd("unreach-sshd", port, shared=[tmp_path_factory.getbasetemp()]):
+        yield port
+
+
 def _inventory(
     tmp: Path,
+    ssh_port: int,
     h2_reachable: bool,
     serial: list[int] | None = None,
     h2_gone: bool = False,
@@ -41,8 +54,7 @@ def _inventory(
     hosts = {}
     for i, name in enumerate(HOSTS):
         hosts[name] = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
+            **ssh_fleet.host_vars(i + 1, ssh_port),
             "sglang_server_port": BASE_PORT + i,
             "sglang_server_container_name": f"unreach-sglang-{name}",
             "flashinfer_cache_volume_prefix": f"unreach-fic-{name}",
@@ -52,14 +64,10 @@ def _inventory(
             hosts[name]["sglang_gate_baseline_group"] = profiles[name]
     for name in () if h2_reachable else lost:
         # Reachable for preflight, gone once its rollout starts (an SSH port nobody answers on): the
-        # connection is chosen per task from the stage marker the rollout sets.
-        hosts[name].update(
-            ansible_connection="{{ 'ssh' if sglang_rollout_stage is defined else 'local' }}",
-            ansible_host="127.0.0.1", ansible_port=1, ansible_ssh_common_args="-o ConnectTimeout=3",
-        )  # fmt: skip
+        # port is chosen per task from the stage marker the rollout sets.
+        hosts[name].update(ssh_fleet.lost_from("sglang_rollout_stage is defined", ssh_port))
     if h2_gone:  # never reachable, not even by preflight
-        hosts["u-h2"].update(ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=1,
-                             ansible_ssh_common_args="-o ConnectTimeout=3")  # fmt: skip
+        hosts["u-h2"].update(ssh_fleet.lost_from("true", ssh_port))
     write_inventory(
         inv,
         hosts,
@@ -80,10 +88,10 @@ def _running(name: str) -> bool:
     return out == "true"
 
 
-def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_path):
+def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_path, sshd):
     _cleanup()
     try:
-        first = deploy(_inventory(tmp_path, h2_reachable=False), "20261203T100000Z")
+        first = deploy(_inventory(tmp_path, sshd, h2_reachable=False), "20261203T100000Z")
         log = first.stdout + first.stderr
         assert first.returncode != 0, log[-4000:]
         run1 = tmp_path / "reports" / "20261203T100000Z"
@@ -104,7 +112,7 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
 
         # A --check run and a --limit run come in between (an operator looking, a one-host fix):
         # neither may make the next run forget u-h2 (they wrote newer run folders without it).
-        reachable = _inventory(tmp_path, h2_reachable=True)
+        reachable = _inventory(tmp_path, sshd, h2_reachable=True)
         look = deploy(reachable, "20261203T103000Z", "--check")
         assert look.returncode == 0, (look.stdout + look.stderr)[-4000:]
         assert "Left half-done by an earlier run, finishing first: u-h2." in " ".join(look.stdout.split())
@@ -149,14 +157,14 @@ def test_unreachable_host_stops_the_rollout_and_is_finished_first_next_time(tmp_
         _cleanup()
 
 
-def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_time(tmp_path):
+def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_time(tmp_path, sshd):
     """u-h2 and u-h3 make up a wave (serial [2, 1], after the canary u-h1) and both are lost:
     Ansible ends the whole run, so no task of the rollout can record them; the rollout_lost callback does
     (plugins/callback). The next run finishes both in its repair play at the same time (one play,
     no serial: their stage spans overlap), before u-h4 is touched."""
     _cleanup()
     try:
-        run = deploy(_inventory(tmp_path, h2_reachable=False, serial=[2, 1], lost=("u-h2", "u-h3")),
+        run = deploy(_inventory(tmp_path, sshd, h2_reachable=False, serial=[2, 1], lost=("u-h2", "u-h3")),
                       "20261203T120000Z")  # fmt: skip
         log = run.stdout + run.stderr
         assert run.returncode == 4, log[-4000:]  # unreachable: Ansible ended the run itself
@@ -176,7 +184,7 @@ def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_t
             assert f"ROLLOUT STOPPED: {name} became unreachable during gpu_host" in log, log[-3000:]
         assert _running("u-h1") and not _running("u-h2") and not _running("u-h4")
 
-        second = deploy(_inventory(tmp_path, h2_reachable=True), "20261203T123000Z")
+        second = deploy(_inventory(tmp_path, sshd, h2_reachable=True), "20261203T123000Z")
         log = second.stdout + second.stderr
         assert second.returncode == 0, log[-4000:]
         repair = log.index("PLAY [Finish the hosts the last rollout left unreachable]")
@@ -196,7 +204,7 @@ def test_a_batch_lost_whole_is_named_and_both_hosts_are_finished_together_next_t
         _cleanup()
 
 
-def test_a_lost_canary_is_a_failed_canary_and_no_wave_starts(tmp_path):
+def test_a_lost_canary_is_a_failed_canary_and_no_wave_starts(tmp_path, sshd):
     """u-h1, the canary of profile g1, is lost while u-h3, the canary of g2, passes in the same
     canary play: Ansible counts no unreachable host against max_fail_percentage, so the waves would
     start; the run must stop as for a failed canary and say so. Then with one profile, u-h1 is the
@@ -204,7 +212,8 @@ def test_a_lost_canary_is_a_failed_canary_and_no_wave_starts(tmp_path):
     _cleanup()
     try:
         profiles = {"u-h1": "g1", "u-h2": "g1", "u-h3": "g2", "u-h4": "g2"}
-        run = deploy(_inventory(tmp_path, h2_reachable=False, lost=("u-h1",), profiles=profiles), "20261203T140000Z")
+        inv = _inventory(tmp_path, sshd, h2_reachable=False, lost=("u-h1",), profiles=profiles)
+        run = deploy(inv, "20261203T140000Z")
         said = " ".join((run.stdout + run.stderr).split())
         assert run.returncode != 0, said[-4000:]
         assert ("CANARY FAILED: u-h1, the canary of GPU profile g1, became unreachable during gpu_host; no wave starts"
@@ -222,7 +231,7 @@ def test_a_lost_canary_is_a_failed_canary_and_no_wave_starts(tmp_path):
         assert [h for h, e in state["hosts"].items() if e["pending_repair"]] == ["u-h1"], state
 
         # one profile: the lost canary is its play's whole batch (the callback's case)
-        alone = deploy(_inventory(tmp_path / "alone", h2_reachable=False, lost=("u-h1",)), "20261203T141000Z")
+        alone = deploy(_inventory(tmp_path / "alone", sshd, h2_reachable=False, lost=("u-h1",)), "20261203T141000Z")
         log = alone.stdout + alone.stderr
         assert alone.returncode == 4, log[-4000:]
         assert ("CANARY FAILED: the canary of GPU profile local failed, no wave started; ROLLOUT STOPPED: u-h1 became "
@@ -236,12 +245,12 @@ def test_a_lost_canary_is_a_failed_canary_and_no_wave_starts(tmp_path):
         _cleanup()
 
 
-def test_preflight_reaches_every_host_and_stops_before_any_change(tmp_path):
+def test_preflight_reaches_every_host_and_stops_before_any_change(tmp_path, sshd):
     """Preflight's own checks run on the controller; it must also reach each host. u-h2 answers no
     connection at all: the run stops in preflight, names it, and no host got a server."""
     _cleanup()
     try:
-        run = deploy(_inventory(tmp_path, h2_reachable=True, h2_gone=True), "20261203T130000Z")
+        run = deploy(_inventory(tmp_path, sshd, h2_reachable=True, h2_gone=True), "20261203T130000Z")
         log = " ".join((run.stdout + run.stderr).split())
         assert run.returncode != 0, log[-4000:]
         assert "Preflight could not reach u-h2 (SSH, or the connection failed): nothing was changed on any host" in log
