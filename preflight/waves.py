@@ -10,16 +10,12 @@ capped, then the wave play runs them as planned: its hosts in the plan's order (
 read as Ansible reads them (rules.Share): the serial sizes of the run's hosts, a profile's cap of
 that profile's hosts in the run.
 
-A host an earlier run left out of rotation (``out``: the fleet state's drained hosts) is out before
-this run takes any: it goes first among the hosts of the waves, so it counts against its profile's
-cap in the earliest wave, and no wave takes another host of its profile out while it is still
-waiting (it is back once its own turn passes). Preflight also picks it as its profile's canary when
-it can (playbooks/preflight.yml).
-
-Play keywords (``serial``, ``max_fail_percentage``) are templated once per play, with no host's
-variables; so preflight resolves the settings here from every host's variables (any group_vars,
-host_vars or -e, Ansible's precedence; the defaults of preflight/variables.yml the lowest) and the
-plays read the result from the controller's hostvars.
+A host an earlier run left out of rotation (``out``: the fleet state's drained hosts, with why) is
+out before this run takes any: it goes first among the hosts of the waves, so it counts against
+its profile's cap in the earliest wave, and no wave takes another host of its profile out while it
+is still waiting (it is back once its own turn passes). It is not picked as a canary: a host the
+put-back play could not return (no last good config, or not healthy) would make its own fault read
+as the image's, and stop every profile.
 """
 
 from __future__ import annotations
@@ -49,7 +45,8 @@ class Plan:
     caps: dict[str, int]  # profile -> most of its hosts in one wave
     profile_hosts: dict[str, int]  # profile -> its hosts in the run (canaries and pending included)
     profiles: dict[str, str]  # host -> profile, for the hosts of the waves
-    out_first: list[str] = field(default_factory=list)  # wave hosts out of rotation before the run, put first
+    # wave hosts out of rotation before the run, put first: host -> why (the fleet state's words)
+    out_first: dict[str, str] = field(default_factory=dict)
 
     @property
     def sizes(self) -> list[int]:
@@ -67,7 +64,7 @@ class Plan:
             "caps": self.caps,
             "profile_hosts": self.profile_hosts,
             "per_wave": [dict(Counter(self.profiles[h] for h in w)) for w in self.waves],
-            "out_first": self.out_first,
+            "out_first": list(self.out_first),
             "text": self.describe(),
         }
 
@@ -83,7 +80,8 @@ class Plan:
         )
         lines = [head]
         if self.out_first:
-            lines.append(f"out of rotation since an earlier run, first in the waves: {', '.join(self.out_first)}")
+            said = ", ".join(f"{h} ({why})" if why else h for h, why in self.out_first.items())
+            lines.append(f"out of rotation since an earlier run, first in the waves: {said}")
         for i, wave in enumerate(self.waves, 1):
             counts = Counter(self.profiles[h] for h in wave)
             lines.append(f"wave {i}: {', '.join(wave)} ({', '.join(f'{_name(p)} {n}' for p, n in counts.items())})")
@@ -138,12 +136,12 @@ def plan(
     run_hosts: Sequence[str],
     settings: Mapping[str, Mapping[str, Any]],
     done: Sequence[str] = (),
-    out: Sequence[str] = (),
+    out: Mapping[str, str] | None = None,
 ) -> Plan:
     """The plan of a run: ``run_hosts`` in order, ``settings`` each host's typed values of SETTINGS and
     its profile (PROFILE, "" for none), ``done`` the hosts earlier plays roll (pending, canaries),
     which no wave takes but which count in the percentages, ``out`` the hosts out of rotation since
-    an earlier run (put first, in run order). ValueError names the variable when a setting is not a
+    an earlier run, with why (put first, in run order). ValueError names the variable when a setting is not a
     count or percentage, or differs between hosts that must share it."""
     if not run_hosts:
         return Plan([], [Share(count=1)], 0, {}, {}, {})
@@ -156,8 +154,9 @@ def plan(
         members = {h: settings[h][CAP] for h in run_hosts if profiles[h] == profile}
         share = parse_share(_one_value(CAP, members, f"GPU profile {profile or '(none)'}"), CAP)
         caps[profile] = share.of(profile_hosts[profile])
-    todo = [h for h in run_hosts if h not in set(done)]
-    first = [h for h in todo if h in set(out)]
-    ordered = first + [h for h in todo if h not in set(first)]
+    skip, out = set(done), dict(out or {})
+    todo = [h for h in run_hosts if h not in skip]
+    first = {h: str(out[h] or "") for h in todo if h in out}
+    ordered = [*first, *(h for h in todo if h not in first)]
     waves = plan_waves([(h, profiles[h]) for h in ordered], serial, caps, len(run_hosts))
     return Plan(waves, serial, max_fail, caps, profile_hosts, {h: profiles[h] for w in waves for h in w}, first)

@@ -61,18 +61,19 @@ def host_vars(i: int, port: int) -> dict[str, Any]:
 def lost_from(condition: str, port: int) -> dict[str, Any]:
     """Host variables (over host_vars()) of an SSH test host that is lost once ``condition`` holds (a
     Jinja expression on the host's variables, e.g. ``sglang_rollout_stage is defined``): from then on
-    its SSH port is 1, where nobody answers (a 3 s connect timeout); before, the sshd's ``port``."""
+    its SSH port is 1, where nobody answers (refused at once on loopback; the 3 s connect timeout bounds
+    it where packets are dropped); before, the sshd's ``port``."""
     return {
         "ansible_port": f"{{{{ 1 if ({condition}) else {port} }}}}",
         "ansible_ssh_common_args": f"{SSH_OPTIONS} -o ConnectTimeout=3",
     }
 
 
-def answers(i: int, port: int) -> bool:
-    """Whether host ``i`` takes an SSH login with the key now."""
+def answers(host: str, port: int) -> bool:
+    """Whether the host at address ``host`` takes an SSH login with the key on ``port`` now."""
     probe = subprocess.run(
         ["ssh", "-p", str(port), "-i", str(KEY), *SSH_OPTIONS.split(), "-o", "BatchMode=yes",
-         "-o", "ConnectTimeout=3", f"deploy@{address(i)}", "true"],
+         "-o", "ConnectTimeout=3", f"deploy@{host}", "true"],
         capture_output=True, check=False,
     )  # fmt: skip
     return probe.returncode == 0
@@ -97,7 +98,7 @@ def start_sshd(name: str, port: int, shared: Iterable[Path] = (), mounts: Mappin
         check=True, capture_output=True,
     )  # fmt: skip
     deadline = time.monotonic() + 30
-    while not answers(1, port):
+    while not answers(address(1), port):
         if time.monotonic() > deadline:
             raise RuntimeError(f"sshd in container {name} did not answer on {address(1)}:{port} within 30 s")
         time.sleep(0.5)

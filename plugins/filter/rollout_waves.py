@@ -16,11 +16,15 @@ from preflight import waves
 
 
 def rollout_wave_plan(
-    run_hosts: Sequence[str], hostvars: Mapping[str, Any], done: Sequence[str], roles_dir: str, out: Sequence[str] = ()
+    run_hosts: Sequence[str],
+    hostvars: Mapping[str, Any],
+    done: Sequence[str],
+    roles_dir: str,
+    out: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``run_hosts`` (preflight's, in inventory order) planned into waves; ``done``: the hosts the
-    repair and canary plays roll; ``out``: the hosts out of rotation since an earlier run. The dict
-    ``waves.Plan.as_dict`` gives."""
+    repair and canary plays roll; ``out``: the hosts out of rotation since an earlier run, with why.
+    The dict ``waves.Plan.as_dict`` gives."""
     specs = preflight.specs.load(Path(roles_dir))
     settings: dict[str, dict[str, Any]] = {}
     for host in run_hosts:
@@ -31,7 +35,8 @@ def rollout_wave_plan(
         settings[str(host)] = {**values, waves.PROFILE: hv.get(waves.PROFILE)}
     try:
         names = [str(h) for h in run_hosts]
-        return waves.plan(names, settings, [str(h) for h in done], [str(h) for h in out]).as_dict()
+        left_out = {str(h): str(why) for h, why in (out or {}).items()}
+        return waves.plan(names, settings, [str(h) for h in done], left_out).as_dict()
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -108,23 +108,25 @@ def test_pending_and_canaries_are_left_out_but_counted_in_percentages():
 
 
 def test_a_host_out_of_rotation_since_an_earlier_run_goes_first_and_counts_against_its_cap():
-    plan = waves.plan(FLEET, _settings(1), CANARIES, out=["r5"])
+    plan = waves.plan(FLEET, _settings(1), CANARIES, out={"r5": "gate failed, no last good config"})
     # r5 is out already: the first wave is r5 alone (size 1), and no other RTX host goes while it waits
     assert plan.waves == [["r5"], ["r2", "b2"], ["r3"], ["r4"], ["r6"], ["r7"], ["r8"]]
-    assert plan.out_first == ["r5"] and plan.as_dict()["out_first"] == ["r5"]
-    assert "out of rotation since an earlier run, first in the waves: r5" in plan.describe()
+    assert plan.out_first == {"r5": "gate failed, no last good config"} and plan.as_dict()["out_first"] == ["r5"]
+    assert "out of rotation since an earlier run, first in the waves: r5 (gate failed, no last good config)" in (
+        plan.describe()
+    )
 
 
 def test_more_hosts_out_than_the_cap_take_no_other_host_of_their_profile_out_until_they_went():
-    plan = waves.plan(FLEET, _settings(1, serial=(5,)), CANARIES, out=["r6", "r4"])
+    plan = waves.plan(FLEET, _settings(1, serial=(5,)), CANARIES, out={"r6": "", "r4": ""})
     # both out (run order: r4, r6): one per wave, as the cap says, then the rest; the B200 is not held back
     assert plan.waves == [["r4", "b2"], ["r6"], ["r2"], ["r3"], ["r5"], ["r7"], ["r8"]]
-    assert plan.out_first == ["r4", "r6"]
+    assert list(plan.out_first) == ["r4", "r6"]
 
 
 def test_a_host_out_of_rotation_that_a_canary_or_repair_play_rolls_is_in_no_wave():
-    plan = waves.plan(FLEET, _settings(2), ["r3", "b1"], out=["r3", "x9"])  # r3 the canary, x9 not in the run
-    assert plan.out_first == [] and all("r3" not in w for w in plan.waves)
+    plan = waves.plan(FLEET, _settings(2), ["r3", "b1"], out={"r3": "", "x9": ""})  # r3 a canary, x9 not in the run
+    assert plan.out_first == {} and all("r3" not in w for w in plan.waves)
     assert plan.waves[0] == ["r1"] and "out of rotation" not in " ".join(plan.describe())
 
 
@@ -134,7 +136,7 @@ def test_what_the_plays_and_the_summary_read_of_a_plan():
     settings = _settings("50%", serial=(1, "20%"))
     for values in settings.values():
         values["sglang_rollout_max_fail_percentage"] = 20
-    plan = waves.plan(FLEET, settings, CANARIES, out=["r7"])
+    plan = waves.plan(FLEET, settings, CANARIES, out={"r7": ""})
     assert plan.as_dict() == {
         "waves": [["r7"], ["r2", "r3"], ["r4", "r5"], ["r6", "r8"], ["b2"]],
         "sizes": [1, 2, 2, 2, 1],

@@ -5,7 +5,8 @@ reaches a GPU host: `ansible_connection: ssh`, `become`, the project's ansible.c
 and connect timeout) under the inventory's own ssh options.
 
 Why a module: the silent-host and the fleet-lock tests start the same hosts the same way; one
-place says how (one job, one helper).
+place says how (one job, one helper). ``loopback_sshd``: the other rollout tests' hosts, loopback
+addresses of one sshd (testengine.ssh_fleet).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pytest
+
+from testengine import ssh_fleet
+from testengine.harness import free_port
 from testengine.ssh_fleet import HOST_IMAGE as IMAGE
 from testengine.ssh_fleet import KEY, build_host_image, host_vars
 
@@ -60,9 +65,7 @@ def ssh_hosts(
             )
         deadline = time.monotonic() + 60
         for name, ip in addresses.items():  # sshd answers (the host keys are made at start)
-            while subprocess.run(["ssh", "-i", str(KEY), "-o", "StrictHostKeyChecking=no", "-o", "ConnectTimeout=3",
-                                  "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"deploy@{ip}", "true"],
-                                 capture_output=True, check=False).returncode != 0:  # fmt: skip
+            while not ssh_fleet.answers(ip, 22):
                 assert time.monotonic() < deadline, f"sshd of {name} ({ip}) never answered"
                 time.sleep(1)
         yield addresses
@@ -75,3 +78,12 @@ def ssh_hosts(
 def connection(ip: str) -> dict[str, Any]:
     """The inventory variables of the SSH test host at ``ip`` (port 22): testengine.ssh_fleet's."""
     return host_vars(1, 22) | {"ansible_host": ip}
+
+
+def loopback_sshd(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[int]:
+    """A module's loopback SSH test hosts (testengine.ssh_fleet): its sshd container ``name`` on a free
+    port, yielded; every folder of this test session (the module's, each test's tmp_path) at the same
+    path on the hosts. For a module-scoped fixture: ``yield from loopback_sshd(tmp_path_factory, ...)``."""
+    port = free_port()
+    with ssh_fleet.loopback_sshd(name, port, shared=[tmp_path_factory.getbasetemp()]):
+        yield port

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from roles_testlib import deploy, docker_ok, remove_test_fleet
+from ssh_hosts import loopback_sshd
 
 from testengine import ssh_fleet
-from testengine.harness import free_port
 from testengine.local_fleet import short_gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
@@ -31,11 +31,8 @@ BASE_PORT = 31760
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The sshd of this module's SSH test hosts (its port); every folder of this session's tests at the
-    same path on the hosts."""
-    port = free_port()
-    with ssh_fleet.loopback_sshd("canary-sshd", port, shared=[tmp_path_factory.getbasetemp()]):
-        yield port
+    """The port of this module's loopback SSH test hosts' sshd."""
+    yield from loopback_sshd(tmp_path_factory, "canary-sshd")
 
 
 def _inventory(tmp: Path, ssh_port: int, faulty: str = "") -> Path:

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 from roles_testlib import BIN, REPO, ansible_env, docker_ok
-from ssh_hosts import connection, ssh_hosts
+from ssh_hosts import connection, loopback_sshd, ssh_hosts
 
 from testengine import ssh_fleet
-from testengine.harness import free_port
 from testengine.local_fleet import write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_ok(), reason="needs a running Docker engine")]
@@ -37,11 +36,8 @@ HOSTS = 3
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The sshd of the loopback SSH test hosts (its port); every folder of this session's tests at
-    the same path on the hosts."""
-    port = free_port()
-    with ssh_fleet.loopback_sshd("lock-sshd", port, shared=[tmp_path_factory.getbasetemp()]):
-        yield port
+    """The port of this module's loopback SSH test hosts' sshd."""
+    yield from loopback_sshd(tmp_path_factory, "lock-sshd")
 
 
 def _controller(tmp: Path, name: str, ssh_port: int, reverse: bool = False) -> Path:

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 from roles_testlib import deploy, docker_ok, remove_test_fleet
+from ssh_hosts import loopback_sshd
 
 from testengine import ssh_fleet
-from testengine.harness import free_port
 from testengine.local_fleet import short_gate_config, write_inventory
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow,
@@ -41,11 +41,8 @@ WAVE = re.compile(r"Wave (\d+) of (\d+): ([^'\"\n]+)")
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The sshd of this module's SSH test hosts (its port); every folder of this session's tests at the
-    same path on the hosts."""
-    port = free_port()
-    with ssh_fleet.loopback_sshd("waves-sshd", port, shared=[tmp_path_factory.getbasetemp()]):
-        yield port
+    """The port of this module's loopback SSH test hosts' sshd."""
+    yield from loopback_sshd(tmp_path_factory, "waves-sshd")
 
 
 def _inventory(tmp: Path, ssh_port: int, main: dict, groups: dict[str, dict] | None = None) -> Path:
@@ -111,10 +108,11 @@ def test_serial_in_main_yml_and_a_profiles_cap_in_its_group_vars_make_the_batche
            "1: w-r2; 2: w-r3, w-r4, w-b2; 3: w-r5." in md, md  # fmt: skip
 
 
-def test_hosts_an_earlier_run_left_out_of_rotation_are_the_canary_and_the_first_wave(tmp_path, sshd):
+def test_hosts_an_earlier_run_left_out_of_rotation_go_first_in_the_waves(tmp_path, sshd):
     """The fleet state says w-r3 and w-r4 are out of rotation (drained by a run that stopped). They are
-    out before this run takes any host: w-r3 is the rtx canary (not w-r1, the first in inventory
-    order), w-r4 is the first wave alone, and the rtx cap of 2 holds in every wave, counting them."""
+    out before this run takes any host: the first wave is w-r3 alone, the second takes w-r4 and only
+    one more rtx host (cap 2, w-r4 counted), and the plan says why they go first. The canaries stay
+    the first hosts of their profiles (a host left drained is no canary)."""
     main, rtx = {"sglang_rollout_serial": [1, "100%"]}, {"sglang_rollout_max_out_per_profile": 2}
     inv = _inventory(tmp_path, sshd, main, {"rtx": rtx})
     drained = {"drained": True, "drained_by": "20261206T0900Z", "drained_why": "gate failed, no last good config"}
@@ -125,11 +123,14 @@ def test_hosts_an_earlier_run_left_out_of_rotation_are_the_canary_and_the_first_
     run = deploy(inv, "20261207T140000Z", "--tags", NO_TASK)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
-    planned = [["w-r4"], ["w-r1", "w-r2", "w-b2"], ["w-r5"]]
+    planned = [["w-r3"], ["w-r4", "w-r2", "w-b2"], ["w-r5"]]
     assert _waves_run(log) == planned, log[-5000:]
     summary = _summary(tmp_path, "20261207T140000Z")
-    assert summary["canaries"] == {"rtx": "w-r3", "b200": "w-b1"} and summary["waves"] == planned, summary
-    assert "out of rotation since an earlier run, first in the waves: w-r4" in " ".join(log.split())
+    assert summary["canaries"] == {"rtx": "w-r1", "b200": "w-b1"} and summary["waves"] == planned, summary
+    assert (
+        "out of rotation since an earlier run, first in the waves: w-r3 (gate failed, no last good config), "
+        "w-r4 (gate failed, no last good config)"
+    ) in " ".join(log.split())
 
 
 def test_serial_and_cap_in_a_groups_vars_and_a_bad_cap_refused_by_preflight(tmp_path, sshd):
