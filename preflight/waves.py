@@ -10,6 +10,11 @@ capped, then the wave play runs them as planned: its hosts in the plan's order (
 read as Ansible reads them (rules.Share): the serial sizes of the run's hosts, a profile's cap of
 that profile's hosts in the run.
 
+Play keywords (``serial``, ``max_fail_percentage``) are templated once per play, with no host's
+variables; so preflight resolves the settings here from every host's variables (any group_vars,
+host_vars or -e, Ansible's precedence; the defaults of preflight/variables.yml the lowest) and the
+plays read the result from the controller's hostvars.
+
 A host an earlier run left out of rotation (``out``: the fleet state's drained hosts, with why) is
 out before this run takes any: it goes first among the hosts of the waves, so it counts against
 its profile's cap in the earliest wave, and no wave takes another host of its profile out while it
